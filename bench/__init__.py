@@ -1,0 +1,1 @@
+"""Plain-Python benchmarks comparing the concentrator server with bare pyoxigraph baselines."""

@@ -1,0 +1,3 @@
+from concentrator.cli import main
+
+raise SystemExit(main())

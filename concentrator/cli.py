@@ -1,0 +1,44 @@
+"""The ``concentrator`` command. This module is the composition root: it wires protocol, store
+and (later) the Spark pipeline together, so it is the one place allowed to import them all."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from protocol import ServerConfig
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower()
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="concentrator", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the HTTP server over a data directory")
+    serve.add_argument("--data", type=Path, default=Path("data"),
+                       help="data directory: the store and its history (created if missing)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--threads", type=int, default=16, help="concurrent requests")
+    serve.add_argument("--max-body-bytes", type=_size, default=None,
+                       help="largest accepted RDF upload, e.g. 2g (default: no limit)")
+    serve.add_argument("--retention", type=int, default=None,
+                       help="keep the history of this many latest revisions (default: all)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        from concentrator.server import serve
+
+        config = ServerConfig(args.data.resolve(), max_body_bytes=args.max_body_bytes,
+                              retention=args.retention)
+        serve(config, args.host, args.port, args.threads)
+    return 0

@@ -1,0 +1,1 @@
+"""Conformance runners: the W3C SPARQL 1.1 Protocol and Graph Store Protocol manifests."""

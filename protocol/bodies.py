@@ -1,0 +1,40 @@
+"""Reading request bodies within limits, and the dataset parameters shared by the protocols."""
+
+from __future__ import annotations
+
+from flask import current_app, request
+
+from protocol.errors import BadRequest, HttpProblem
+from store import BodyTooLarge
+
+TEXT_BODY_LIMIT = 64 * 1024 * 1024  # a query or an update held in memory as text
+
+
+def text_body(what: str) -> str:
+    """The request body as UTF-8 text (a query or an update), at most TEXT_BODY_LIMIT bytes."""
+    if request.content_length is not None and request.content_length > TEXT_BODY_LIMIT:
+        raise BodyTooLarge(f"the {what} is larger than {TEXT_BODY_LIMIT} bytes")
+    data = request.stream.read(TEXT_BODY_LIMIT + 1)
+    if len(data) > TEXT_BODY_LIMIT:
+        raise BodyTooLarge(f"the {what} is larger than {TEXT_BODY_LIMIT} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise BadRequest(f"the {what} is not valid UTF-8 (byte {error.start})") from None
+
+
+def upload_limit() -> int | None:
+    """The configured limit for RDF bodies; answers 413 at once when Content-Length exceeds it."""
+    limit: int | None = current_app.config["CONCENTRATOR"].max_body_bytes
+    if limit is not None and request.content_length is not None and request.content_length > limit:
+        raise HttpProblem(
+            f"request body of {request.content_length} bytes exceeds the limit of {limit} bytes "
+            "(server option --max-body-bytes)", 413)
+    return limit
+
+
+def revision_parameter() -> str | None:
+    values = request.args.getlist("revision-id")
+    if len(values) > 1:
+        raise BadRequest("revision-id is given more than once; give one revision")
+    return values[0] if values else None

@@ -1,0 +1,156 @@
+"""SPARQL 1.1 Graph Store HTTP Protocol at /store (indirect) and /store/… (direct identification).
+
+Status codes follow the specification (and Oxigraph): PUT that creates a graph → 201, that
+replaces one → 204; POST that creates → 201 (with Location when the server names the graph);
+DELETE or GET of a missing graph → 404; both ``default`` and ``graph`` → 400.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+
+from flask import Blueprint, Response, current_app, request
+from pyoxigraph import DefaultGraph, NamedNode, RdfFormat, serialize
+
+from protocol.bodies import revision_parameter, upload_limit
+from protocol.errors import BadRequest, NotAcceptable, UnsupportedMediaType
+from protocol.negotiation import (
+    BODY_FORMATS,
+    DATASET_FORMATS,
+    GRAPH_FORMATS,
+    best_media_type,
+    body_media_type,
+    is_utf8,
+)
+from protocol.responses import empty_response, revision_headers, spooled_response
+from store import GraphNotFound, RevisionedDataset, StagedQuads
+from store.terms import GraphName, graph_to_text
+
+bp = Blueprint("gsp", __name__)
+METHODS = ["GET", "HEAD", "PUT", "POST", "DELETE"]
+
+
+def _dataset() -> RevisionedDataset:
+    return current_app.extensions["dataset"]  # type: ignore[no-any-return]
+
+
+def _target(subpath: str | None) -> GraphName | None:
+    """The graph a request identifies; None for the whole dataset (``/store`` alone)."""
+    has_default, graphs = "default" in request.args, request.args.getlist("graph")
+    if subpath is not None:
+        if has_default or graphs:
+            raise BadRequest("a directly identified graph (/store/…) takes no 'graph' or "
+                             "'default' parameter")
+        return NamedNode(request.base_url)
+    if has_default and graphs:
+        raise BadRequest("give either 'default' or 'graph', not both")
+    if len(graphs) > 1:
+        raise BadRequest("'graph' is given more than once; a request addresses one graph")
+    if graphs:
+        try:
+            return NamedNode(graphs[0])
+        except ValueError as error:
+            raise BadRequest(f"graph parameter {graphs[0]!r} is not an IRI: {error}") from None
+    return DefaultGraph() if has_default else None
+
+
+@bp.route("/store", methods=METHODS)
+@bp.route("/store/<path:subpath>", methods=METHODS)
+def graph_store(subpath: str | None = None) -> Response:
+    target = _target(subpath)
+    if request.method in ("GET", "HEAD"):
+        return _get(target)
+    if request.args.get("revision-id"):
+        raise BadRequest("revision-id selects a revision to read; writes always apply to HEAD")
+    if request.method == "DELETE":
+        if target is None:
+            raise BadRequest("DELETE needs a graph: add ?default or ?graph=IRI")
+        commit = _dataset().delete_graph(target, "gsp-delete")
+        return empty_response(204, revision_headers(commit.revision))
+    if request.method == "PUT":
+        return _put(target)
+    return _post(target)
+
+
+def _get(target: GraphName | None) -> Response:
+    dataset = _dataset()
+    ordinal = dataset.resolve(revision_parameter())
+    accept = request.headers.get("Accept")
+    spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
+    if target is None:
+        mimetype = best_media_type(accept, list(DATASET_FORMATS))
+        if mimetype is None:
+            raise NotAcceptable("the whole dataset is available as: " + ", ".join(DATASET_FORMATS))
+        with dataset.reading(ordinal) as store:
+            store.dump(spool, DATASET_FORMATS[mimetype])
+    else:
+        mimetype = best_media_type(accept, list(GRAPH_FORMATS))
+        if mimetype is None:
+            raise NotAcceptable("a graph is available as: " + ", ".join(GRAPH_FORMATS))
+        quads = dataset.graph_quads(target, ordinal)
+        if quads is None:
+            at = "" if ordinal is None else f" at revision {ordinal}"
+            raise GraphNotFound(f"graph {graph_to_text(target)} does not exist{at}")
+        serialize((q.triple for q in quads), spool, GRAPH_FORMATS[mimetype])
+    revision = dataset.revision(dataset.head if ordinal is None else ordinal)
+    return spooled_response(spool, mimetype, revision_headers(revision) if revision else {})
+
+
+def _body_format(mimetype: str, options: dict[str, str]) -> RdfFormat:
+    if not mimetype:
+        raise BadRequest("the request has no Content-Type; send one of: "
+                         + ", ".join(BODY_FORMATS))
+    if not is_utf8(options):
+        raise UnsupportedMediaType(f"charset {options['charset']!r} is not supported: send UTF-8")
+    if mimetype not in BODY_FORMATS:
+        raise UnsupportedMediaType(f"Content-Type {mimetype!r} is not a supported RDF format; "
+                                   "send one of: " + ", ".join(BODY_FORMATS))
+    return BODY_FORMATS[mimetype]
+
+
+def _stage_body(target: GraphName | None) -> StagedQuads:
+    """Parse the body (or every file of a multipart/form-data body) into one staged file."""
+    dataset = _dataset()
+    limit = upload_limit()
+    mimetype, options = body_media_type(request.headers.get("Content-Type"))
+    base_iri = target.value if isinstance(target, NamedNode) else request.base_url
+    if mimetype == "multipart/form-data":
+        parts = []
+        try:
+            for upload in request.files.values():
+                part_type, part_options = body_media_type(upload.content_type)
+                parts.append(dataset.stage(upload.stream, _body_format(part_type, part_options),
+                                           base_iri=base_iri, to_graph=target, max_bytes=limit))
+        except BaseException:
+            for part in parts:
+                part.discard()
+            raise
+        return dataset.concatenate(parts)
+    return dataset.stage(request.stream, _body_format(mimetype, options), base_iri=base_iri,
+                         to_graph=target, max_bytes=limit)
+
+
+def _put(target: GraphName | None) -> Response:
+    mimetype, _ = body_media_type(request.headers.get("Content-Type"))
+    if target is None and mimetype not in DATASET_FORMATS:
+        raise BadRequest("PUT /store replaces the whole dataset and needs a dataset format "
+                         "(application/trig, application/n-quads); to replace one graph add "
+                         "?default or ?graph=IRI")
+    commit = _dataset().replace(target, _stage_body(target), "gsp-put")
+    return empty_response(201 if commit.created else 204, revision_headers(commit.revision))
+
+
+def _post(target: GraphName | None) -> Response:
+    mimetype, _ = body_media_type(request.headers.get("Content-Type"))
+    location = None
+    if target is None and mimetype not in DATASET_FORMATS:
+        # POST of a graph to the store itself: the server names a new graph (GSP §5.5).
+        location = f"{request.host_url}store/{uuid.uuid4()}"
+        target = NamedNode(location)
+    commit = _dataset().add(_stage_body(target), "gsp-post")
+    headers = revision_headers(commit.revision)
+    if location is not None:
+        headers["Location"] = location
+        return empty_response(201, headers)
+    return empty_response(201 if commit.created else 204, headers)

@@ -1,0 +1,58 @@
+"""Content negotiation and media types, as pure functions of header values."""
+
+from __future__ import annotations
+
+from pyoxigraph import QueryResultsFormat, RdfFormat
+from werkzeug.datastructures import MIMEAccept
+from werkzeug.http import parse_accept_header, parse_options_header
+
+RESULTS_FORMATS: dict[str, QueryResultsFormat] = {
+    "application/sparql-results+json": QueryResultsFormat.JSON,
+    "application/json": QueryResultsFormat.JSON,
+    "application/sparql-results+xml": QueryResultsFormat.XML,
+    "application/xml": QueryResultsFormat.XML,
+    "text/csv": QueryResultsFormat.CSV,
+    "text/tab-separated-values": QueryResultsFormat.TSV,
+}
+GRAPH_FORMATS: dict[str, RdfFormat] = {
+    "text/turtle": RdfFormat.TURTLE,
+    "application/n-triples": RdfFormat.N_TRIPLES,
+    "application/rdf+xml": RdfFormat.RDF_XML,
+    "application/ld+json": RdfFormat.JSON_LD,
+    "text/plain": RdfFormat.N_TRIPLES,  # N-Triples' historical media type
+}
+DATASET_FORMATS: dict[str, RdfFormat] = {
+    "application/trig": RdfFormat.TRIG,
+    "application/n-quads": RdfFormat.N_QUADS,
+}
+BODY_FORMATS: dict[str, RdfFormat] = {
+    **{k: v for k, v in GRAPH_FORMATS.items() if k != "text/plain"},
+    **DATASET_FORMATS,
+    "application/x-turtle": RdfFormat.TURTLE,
+    "application/json": RdfFormat.JSON_LD,
+}
+
+
+def best_media_type(accept: str | None, offered: list[str]) -> str | None:
+    """The offered media type the Accept header prefers (the first offered when no header).
+
+    >>> best_media_type("text/csv;q=0.5, application/sparql-results+xml", ["a/b", "text/csv"])
+    'text/csv'
+    >>> best_media_type(None, ["text/turtle", "application/n-triples"])
+    'text/turtle'
+    """
+    if not accept or not accept.strip():
+        return offered[0]
+    parsed = parse_accept_header(accept, MIMEAccept)
+    return parsed.best_match(offered)
+
+
+def body_media_type(content_type: str | None) -> tuple[str, dict[str, str]]:
+    """Media type (lower case, no parameters) and parameters of a Content-Type header."""
+    mimetype, options = parse_options_header(content_type or "")
+    return mimetype.lower(), options
+
+
+def is_utf8(options: dict[str, str]) -> bool:
+    charset = options.get("charset")
+    return charset is None or charset.lower().replace("_", "-") in ("utf-8", "utf8", "us-ascii")

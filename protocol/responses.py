@@ -1,0 +1,45 @@
+"""Small response builders shared by the blueprints."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import IO
+
+from flask import Response
+
+from store import Revision
+
+CHUNK = 1 << 16
+TEXT_TYPES = ("text/", "application/n-triples", "application/n-quads", "application/trig")
+
+
+def revision_headers(revision: Revision) -> dict[str, str]:
+    """Which revision a response reflects or a write produced."""
+    return {"Revision-Ordinal": str(revision.ordinal), "Revision-Id": str(revision.uuid)}
+
+
+def empty_response(status: int, headers: dict[str, str]) -> Response:
+    """A bodiless answer to a write (201/204), without Flask's default text/html type."""
+    response = Response(status=status, headers=headers)
+    del response.headers["Content-Type"]
+    return response
+
+
+def spooled_response(spool: IO[bytes], mimetype: str, headers: dict[str, str]) -> Response:
+    """Stream a fully computed result (computed first, so errors become 4xx/5xx, not a broken 200)."""
+    size = spool.tell()
+    spool.seek(0)
+
+    def chunks() -> Iterator[bytes]:
+        try:
+            while chunk := spool.read(CHUNK):
+                yield chunk
+        finally:
+            spool.close()
+
+    content_type = mimetype
+    if mimetype.startswith(TEXT_TYPES) or mimetype.endswith(("+json", "+xml", "/json")):
+        content_type = f"{mimetype}; charset=utf-8"
+    response = Response(chunks(), headers=headers, content_type=content_type)
+    response.content_length = size
+    return response

@@ -1,0 +1,135 @@
+"""SPARQL 1.1 Protocol at /sparql: queries (GET, form POST, direct POST) and updates (POST)."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+
+from flask import Blueprint, Response, current_app, request
+from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples
+from werkzeug.datastructures import MultiDict
+
+from protocol.bodies import revision_parameter, text_body
+from protocol.errors import BadRequest, MethodNotAllowed, NotAcceptable, UnsupportedMediaType
+from protocol.negotiation import (
+    GRAPH_FORMATS,
+    RESULTS_FORMATS,
+    best_media_type,
+    body_media_type,
+    is_utf8,
+)
+from protocol.responses import empty_response, revision_headers, spooled_response
+from store import QueryFailed, RevisionedDataset
+
+bp = Blueprint("sparql", __name__)
+
+FORM = "application/x-www-form-urlencoded"
+
+
+@dataclass
+class SparqlRequest:
+    kind: str  # "query" or "update"
+    text: str
+    default_graphs: list[str] = field(default_factory=list)
+    named_graphs: list[str] = field(default_factory=list)
+
+
+def _dataset() -> RevisionedDataset:
+    return current_app.extensions["dataset"]  # type: ignore[no-any-return]
+
+
+def read_sparql_request() -> SparqlRequest:
+    """The operation of a SPARQL Protocol request, or a 4xx naming what is wrong."""
+    params: MultiDict[str, str] = MultiDict(request.args)
+    body_text: tuple[str, str] | None = None
+    if request.method == "POST":
+        mimetype, options = body_media_type(request.headers.get("Content-Type"))
+        if not mimetype:
+            raise BadRequest(
+                "a POST to the SPARQL endpoint needs a Content-Type: "
+                f"{FORM}, application/sparql-query or application/sparql-update")
+        if not is_utf8(options):
+            raise UnsupportedMediaType(
+                f"charset {options['charset']!r} is not supported: send UTF-8")
+        if mimetype == FORM:
+            params.update(MultiDict(request.form))
+        elif mimetype == "application/sparql-query":
+            body_text = ("query", text_body("query"))
+        elif mimetype == "application/sparql-update":
+            body_text = ("update", text_body("update"))
+        else:
+            raise UnsupportedMediaType(
+                f"Content-Type {mimetype!r} is not a SPARQL Protocol body: use {FORM}, "
+                "application/sparql-query or application/sparql-update")
+    elif request.method != "GET":
+        raise MethodNotAllowed(f"{request.method} is not a SPARQL Protocol method: use GET or POST")
+    queries, updates = params.getlist("query"), params.getlist("update")
+    if body_text is not None:
+        (queries if body_text[0] == "query" else updates).append(body_text[1])
+    if len(queries) + len(updates) != 1:
+        raise BadRequest("give exactly one 'query' or one 'update' (found "
+                         f"{len(queries)} queries and {len(updates)} updates)")
+    if updates and request.method == "GET":
+        raise BadRequest("an update must be sent with POST, not GET (SPARQL 1.1 Protocol §2.2)")
+    if updates:
+        return SparqlRequest("update", updates[0], params.getlist("using-graph-uri"),
+                             params.getlist("using-named-graph-uri"))
+    return SparqlRequest("query", queries[0], params.getlist("default-graph-uri"),
+                         params.getlist("named-graph-uri"))
+
+
+def _iris(values: list[str], parameter: str) -> list[NamedNode]:
+    try:
+        return [NamedNode(v) for v in values]
+    except ValueError as error:
+        raise BadRequest(f"{parameter} value is not an IRI: {error}") from None
+
+
+@bp.route("/sparql", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+def sparql_endpoint() -> Response:
+    operation = read_sparql_request()
+    if operation.kind == "update":
+        if request.args.get("revision-id"):
+            raise BadRequest("revision-id selects a revision to read; updates always apply to HEAD")
+        commit = _dataset().update(
+            operation.text, base_iri=request.base_url,
+            using=operation.default_graphs, using_named=operation.named_graphs)
+        return empty_response(204, revision_headers(commit.revision))
+    return evaluate_query(operation)
+
+
+def evaluate_query(operation: SparqlRequest) -> Response:
+    dataset = _dataset()
+    ordinal = dataset.resolve(revision_parameter())
+    default_graph = _iris(operation.default_graphs, "default-graph-uri") or None
+    named_graphs = _iris(operation.named_graphs, "named-graph-uri") or None
+    if named_graphs is not None and default_graph is None:
+        default_graph = []  # the protocol dataset replaces the store's: an empty default graph
+    accept = request.headers.get("Accept")
+    spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
+    with dataset.reading(ordinal) as store:
+        try:
+            result = store.query(operation.text, base_iri=request.base_url,
+                                 default_graph=default_graph, named_graphs=named_graphs)
+            if isinstance(result, QueryTriples):
+                mimetype = best_media_type(accept, list(GRAPH_FORMATS))
+                if mimetype is None:
+                    raise NotAcceptable("CONSTRUCT/DESCRIBE results are available as: "
+                                        + ", ".join(GRAPH_FORMATS))
+                result.serialize(spool, GRAPH_FORMATS[mimetype])
+            else:
+                assert isinstance(result, QuerySolutions | QueryBoolean)
+                mimetype = best_media_type(accept, list(RESULTS_FORMATS))
+                if mimetype is None:
+                    raise NotAcceptable("SELECT/ASK results are available as: "
+                                        + ", ".join(RESULTS_FORMATS))
+                result.serialize(spool, RESULTS_FORMATS[mimetype])
+        except SyntaxError as error:
+            raise QueryFailed(f"query is not valid SPARQL 1.1: {error}") from None
+        except (OSError, RuntimeError, ValueError) as error:
+            raise QueryFailed(f"query evaluation failed: {error}") from None
+    headers = {}
+    revision = dataset.revision(ordinal if ordinal is not None else dataset.head)
+    if revision is not None:
+        headers = revision_headers(revision)
+    return spooled_response(spool, mimetype, headers)

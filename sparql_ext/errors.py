@@ -1,0 +1,47 @@
+"""Errors of the extended-SPARQL layer: each knows where in the user's text it happened."""
+
+from __future__ import annotations
+
+
+class SparqlExtError(Exception):
+    """Base of every error raised by ``sparql_ext``; ``status_hint`` is the HTTP status it maps to."""
+
+    status_hint = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class QuerySyntaxError(SparqlExtError):
+    """A syntax error at a position of the text the user sent (not of any rewritten text)."""
+
+    def __init__(self, message: str, text: str, offset: int) -> None:
+        self.line, self.column = line_and_column(text, offset)
+        self.offset = offset
+        super().__init__(f"Syntax error at line {self.line} column {self.column}: {message}")
+
+
+class UnsupportedOperation(SparqlExtError):
+    """A well-formed request this service refuses (e.g. ``LOAD`` of a remote document)."""
+
+    status_hint = 501
+
+
+class ProtocolConflict(SparqlExtError):
+    """Protocol parameters that contradict the request text (e.g. ``using-graph-uri`` + ``WITH``)."""
+
+
+class RevisionSyntaxError(SparqlExtError):
+    """A revision designator that is not one of HEAD, HEAD~n, UUID, ordinal or xsd:dateTime."""
+
+
+def line_and_column(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of ``offset`` in ``text``.
+
+    >>> line_and_column("ab\\ncd", 4)
+    (2, 2)
+    """
+    line = text.count("\n", 0, offset) + 1
+    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return line, column

@@ -1,0 +1,107 @@
+"""A SPARQL 1.1 tokenizer: just enough structure to find operations, blocks and keywords.
+
+It never evaluates anything; pyoxigraph remains the parser of record. The token rules follow the
+SPARQL 1.1 grammar's terminals (§19.8), simplified where a simplification cannot change where a
+token starts or ends.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
+
+from sparql_ext.errors import QuerySyntaxError
+
+
+class Kind(Enum):
+    IRI = "iri"  # IRIREF ::= '<' ([^<>"{}|^`\]-[#x00-#x20])* '>'
+    PNAME = "pname"  # PNAME_NS | PNAME_LN
+    VAR = "var"  # VAR1 | VAR2
+    STRING = "string"  # STRING_LITERAL1 | 2 | LONG1 | LONG2
+    BNODE = "bnode"  # BLANK_NODE_LABEL
+    LANGTAG = "langtag"
+    NUMBER = "number"
+    WORD = "word"  # keywords, 'a', function names, true/false
+    PUNCT = "punct"
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: Kind
+    text: str
+    start: int  # offset of the first character in the source text
+    end: int
+
+    def is_keyword(self, *words: str) -> bool:
+        return self.kind is Kind.WORD and self.text.upper() in words
+
+
+_PN_CHARS_BASE = (
+    "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u02ff\u0370-\u037d\u037f-\u1fff\u200c-\u200d"
+    "\u2070-\u218f\u2c00-\u2fef\u3001-\ud7ff\uf900-\ufdcf\ufdf0-\ufffd"
+)
+_PN_CHARS_U = _PN_CHARS_BASE + "_"
+_PN_CHARS = _PN_CHARS_U + r"\-0-9\u00b7\u0300-\u036f\u203f-\u2040"
+_PLX = r"%[0-9A-Fa-f]{2}|\\[_~.\-!$&'()*+,;=/?#@%]"
+_PN_PREFIX = rf"[{_PN_CHARS_BASE}](?:[{_PN_CHARS}.]*[{_PN_CHARS}])?"
+_PN_LOCAL = (
+    rf"(?:[{_PN_CHARS_U}:0-9]|{_PLX})(?:(?:[{_PN_CHARS}.:]|{_PLX})*(?:[{_PN_CHARS}:]|{_PLX}))?"
+)
+
+_TOKEN_RULES: list[tuple[Kind | None, str]] = [
+    (None, r"\s+|#[^\n\r]*"),  # whitespace and comments
+    (Kind.STRING, r'"""(?:[^"\\]|\\.|"(?!""))*"""' r"|'''(?:[^'\\]|\\.|'(?!''))*'''"),
+    (Kind.STRING, r'"(?:[^"\\\n\r]|\\.)*"' r"|'(?:[^'\\\n\r]|\\.)*'"),
+    (Kind.IRI, r'<[^<>"{}|^`\\\x00-\x20]*>'),
+    (Kind.VAR, rf"[?$][{_PN_CHARS_U}0-9][{_PN_CHARS_U}0-9\u00b7\u0300-\u036f\u203f-\u2040]*"),
+    (Kind.BNODE, rf"_:[{_PN_CHARS_U}0-9](?:[{_PN_CHARS}.]*[{_PN_CHARS}])?"),
+    (Kind.PNAME, rf"(?:{_PN_PREFIX})?:(?:{_PN_LOCAL})?"),
+    (Kind.LANGTAG, r"@[a-zA-Z]+(?:-[a-zA-Z0-9]+)*"),
+    (Kind.NUMBER, r"[+-]?(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?"
+                  r"|[0-9]+(?:[eE][+-]?[0-9]+)?)"),
+    (Kind.WORD, rf"[{_PN_CHARS_BASE}][{_PN_CHARS_U}0-9\-]*"),
+    (Kind.PUNCT, r"\^\^|&&|\|\||!=|<=|>=|[{}()\[\];,.*+\-/!=<>|^]"),
+]
+_MASTER = re.compile("|".join(f"(?P<g{i}>{rule})" for i, (_, rule) in enumerate(_TOKEN_RULES)))
+
+
+def tokenize(text: str) -> Iterator[Token]:
+    """Tokens of ``text`` in order, whitespace and comments dropped.
+
+    >>> [t.text for t in tokenize('SELECT ?x { ?x a <y> } # done')]
+    ['SELECT', '?x', '{', '?x', 'a', '<y>', '}']
+    """
+    pos = 0
+    while pos < len(text):
+        match = _MASTER.match(text, pos)
+        if match is None or match.end() == pos:
+            raise QuerySyntaxError(f"unexpected character {text[pos]!r}", text, pos)
+        kind = _TOKEN_RULES[int(match.lastgroup[1:])][0]  # type: ignore[index]
+        if kind is not None:
+            yield Token(kind, match.group(), pos, match.end())
+        pos = match.end()
+
+
+_OPENERS = {"{": "}", "(": ")", "[": "]"}
+_CLOSERS = {v: k for k, v in _OPENERS.items()}
+
+
+def matching_close(tokens: list[Token], open_index: int, text: str) -> int:
+    """Index of the token that closes the bracket opened at ``open_index``."""
+    stack: list[Token] = []
+    for i in range(open_index, len(tokens)):
+        tok = tokens[i]
+        if tok.kind is not Kind.PUNCT:
+            continue
+        if tok.text in _OPENERS:
+            stack.append(tok)
+        elif tok.text in _CLOSERS:
+            if not stack or stack[-1].text != _CLOSERS[tok.text]:
+                raise QuerySyntaxError(f"unbalanced {tok.text!r}", text, tok.start)
+            stack.pop()
+            if not stack:
+                return i
+    opener = tokens[open_index]
+    raise QuerySyntaxError(f"{opener.text!r} is never closed", text, opener.start)

@@ -1,0 +1,93 @@
+"""Revision designators (seed 003, Fig. 1): ``Revision ::= UUID | HEAD(~[0-9]+)? | XPathDateTime | Integer``.
+
+Pure parsing; resolving a designator against a dataset's log is ``store.revlog``'s job.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import isodate
+
+from sparql_ext.errors import RevisionSyntaxError
+
+
+@dataclass(frozen=True)
+class Head:
+    """``HEAD`` (back = 0) or ``HEAD~n``: n revisions before the latest."""
+
+    back: int = 0
+
+
+@dataclass(frozen=True)
+class RevisionId:
+    """A revision's UUID."""
+
+    uuid: uuid.UUID
+
+
+@dataclass(frozen=True)
+class Ordinal:
+    """A revision's ordinal: 1 is the first transaction; 0 is the empty state before it."""
+
+    number: int
+
+
+@dataclass(frozen=True)
+class Instant:
+    """An ``xsd:dateTime`` with timezone: the last revision committed at or before it."""
+
+    at: datetime
+
+
+RevisionDesignator = Head | RevisionId | Ordinal | Instant
+
+_HEAD = re.compile(r"HEAD(?:~(?P<back>[0-9]+))?")
+_UUID = re.compile(r"(?:urn:uuid:)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_INTEGER = re.compile(r"[0-9]+")
+_DATETIME = re.compile(r"-?[0-9]{4,}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?"
+                       r"(?P<tz>Z|[+-][0-9]{2}:[0-9]{2})?")
+# A '+' of a timezone offset that a form decoder turned into a space (Jena sends it raw).
+_SPACE_FOR_PLUS = re.compile(r"(T[0-9:.]+) ([0-9]{2}:[0-9]{2})$")
+
+
+def parse_revision(text: str) -> RevisionDesignator:
+    """Parse a revision designator, raising ``RevisionSyntaxError`` that names the bad value.
+
+    >>> parse_revision("HEAD~2")
+    Head(back=2)
+    >>> parse_revision("3")
+    Ordinal(number=3)
+    >>> parse_revision("2016-06-20T10:00:00Z").at.isoformat()
+    '2016-06-20T10:00:00+00:00'
+    """
+    value = text.strip()
+    if match := _HEAD.fullmatch(value):
+        return Head(int(match["back"] or 0))
+    if _UUID.fullmatch(value):
+        return RevisionId(uuid.UUID(value.removeprefix("urn:uuid:")))
+    if _INTEGER.fullmatch(value):
+        return Ordinal(int(value))
+    value = _SPACE_FOR_PLUS.sub(r"\1+\2", value)
+    if match := _DATETIME.fullmatch(value):
+        if match["tz"] is None:
+            raise RevisionSyntaxError(
+                f"revision {text!r} is a dateTime without a timezone; add 'Z' or an offset such "
+                "as '+01:00' (percent-encoded as %2B in a URL)"
+            )
+        try:
+            return Instant(isodate.parse_datetime(value))
+        except (ValueError, isodate.ISO8601Error) as error:
+            raise RevisionSyntaxError(f"revision {text!r} is not a valid dateTime: {error}") from None
+    if value.startswith("HEAD"):
+        raise RevisionSyntaxError(
+            f"revision {text!r} is malformed: after HEAD only '~' and a number of revisions "
+            "may follow (e.g. HEAD~2)"
+        )
+    raise RevisionSyntaxError(
+        f"revision {text!r} is not a revision designator: use HEAD, HEAD~n, a revision UUID, "
+        "an ordinal (1 = first transaction) or an xsd:dateTime with timezone"
+    )

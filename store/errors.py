@@ -1,0 +1,55 @@
+"""Errors of the store layer; each carries the HTTP status it should become at the boundary."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every error raised by ``store``."""
+
+    status_hint = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class RdfSyntaxError(StoreError):
+    """A request body that is not valid RDF in its declared format (pyoxigraph gives the place)."""
+
+    status_hint = 400
+
+
+class UnsupportedMediaType(StoreError):
+    status_hint = 415
+
+
+class BodyTooLarge(StoreError):
+    status_hint = 413
+
+
+class GraphNotFound(StoreError):
+    status_hint = 404
+
+
+class RevisionNotFound(StoreError):
+    """A well-formed revision designator that names no revision of this dataset."""
+
+    status_hint = 400
+
+
+class RevisionNotRetained(StoreError):
+    """A revision whose history was dropped by the retention policy."""
+
+    status_hint = 410
+
+
+class QueryFailed(StoreError):
+    """pyoxigraph refused a query or update (syntax, or an error while evaluating it)."""
+
+    status_hint = 400
+
+
+class StorageFailure(StoreError):
+    """The disk or the storage engine failed; the transaction was rolled back."""
+
+    status_hint = 500

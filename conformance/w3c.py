@@ -78,8 +78,12 @@ RDF_PARSERS = {
     "application/n-quads": "nquads",
 }
 # What mf:expectedFormat "RDF" allows: RDF/XML, Turtle, N-Triples, RDFa (RDFa is not parsed).
-RDF_RESULT_TYPES = {"application/rdf+xml", "text/turtle", "application/x-turtle",
-                    "application/n-triples"}
+RDF_RESULT_TYPES = {
+    "application/rdf+xml",
+    "text/turtle",
+    "application/x-turtle",
+    "application/n-triples",
+}
 RDFA_TYPES = {"text/html", "application/xhtml+xml"}
 
 
@@ -315,7 +319,7 @@ def map_path(path: str) -> str:
     '/store/person/1.ttl'
     """
     for prefix, target in (("/sparql", "/sparql"), ("/gsp", "/store")):
-        rest = path[len(prefix):]
+        rest = path[len(prefix) :]
         if path.startswith(prefix) and (rest == "" or rest[0] in "/?"):
             if prefix == "/sparql" and rest.startswith("/") and rest[1:2] in ("", "?"):
                 rest = rest[1:]
@@ -439,7 +443,8 @@ def _check_header(response: requests.Response, name: str, value: str) -> str | N
     if actual is None:
         return f"expected header {name}: {value}, got none"
     if name.lower() != "content-type":
-        return None if actual.strip() == value.strip() else f"{name}: expected {value}, got {actual}"
+        same = actual.strip() == value.strip()
+        return None if same else f"{name}: expected {value}, got {actual}"
     (want_type, want), (got_type, got) = media_type(value), media_type(actual)
     charset_clash = "charset" in want and "charset" in got and want["charset"] != got["charset"]
     if want_type != got_type or charset_clash:
@@ -547,7 +552,7 @@ def format_table(results: Sequence[TestResult]) -> str:
     rows = [(r.suite, r.name, r.status, " ".join(r.reason.split())) for r in results]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
     lines = [
-        "  ".join([*(cell.ljust(width) for cell, width in zip(row[:3], widths)), row[3]]).rstrip()
+        "  ".join([*(row[i].ljust(widths[i]) for i in range(3)), row[3]]).rstrip()
         for row in [header, *rows]
     ]
     lines.insert(1, "  ".join("-" * width for width in widths) + "  ------")
@@ -583,8 +588,8 @@ def running_server(timeout: float = STARTUP_TIMEOUT) -> Iterator[str]:
         data_dir = Path(tmp) / "data"
         data_dir.mkdir()
         port = free_port()
-        command = [sys.executable, "-m", "concentrator", "serve", "--data", str(data_dir),
-                   "--host", "127.0.0.1", "--port", str(port)]
+        command = [sys.executable, "-m", "concentrator", "serve", "--data", str(data_dir)]
+        command += ["--host", "127.0.0.1", "--port", str(port)]
         log_path = Path(tmp) / "server.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=log)
@@ -602,9 +607,7 @@ def _wait_until_ready(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(
-                f"server exited with code {process.returncode}:\n{_tail(log_path)}"
-            )
+            raise RuntimeError(f"server exited with code {process.returncode}:\n{_tail(log_path)}")
         try:
             requests.get(base_url + "/status", timeout=2)
             return

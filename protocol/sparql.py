@@ -125,7 +125,7 @@ def evaluate_query(operation: SparqlRequest) -> Response:
                                         + ", ".join(RESULTS_FORMATS))
                 result.serialize(spool, RESULTS_FORMATS[mimetype])
         except SyntaxError as error:
-            raise QueryFailed(f"query is not valid SPARQL 1.1: {error}") from None
+            raise QueryFailed.from_pyoxigraph("query is not valid SPARQL 1.1", error) from None
         except (OSError, RuntimeError, ValueError) as error:
             raise QueryFailed(f"query evaluation failed: {error}") from None
     headers = {}

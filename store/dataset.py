@@ -426,6 +426,6 @@ def _check_syntax(text: str, base_iri: str | None) -> None:
     try:
         Store().update(text, base_iri=base_iri)
     except SyntaxError as error:
-        raise QueryFailed(f"update is not valid SPARQL 1.1: {error}") from None
+        raise QueryFailed.from_pyoxigraph("update is not valid SPARQL 1.1", error) from None
     except (ValueError, RuntimeError, OSError):
         pass  # an evaluation error on the empty store says nothing about syntax

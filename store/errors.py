@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class StoreError(Exception):
     """Base of every error raised by ``store``."""
@@ -47,6 +49,12 @@ class QueryFailed(StoreError):
     """pyoxigraph refused a query or update (syntax, or an error while evaluating it)."""
 
     status_hint = 400
+
+    @classmethod
+    def from_pyoxigraph(cls, what: str, error: Exception) -> QueryFailed:
+        """Spell pyoxigraph's "error at L:C" as "line L column C"."""
+        text = re.sub(r"\bat (\d+):(\d+)", r"at line \1 column \2", str(error))
+        return cls(f"{what}: {text}")
 
 
 class StorageFailure(StoreError):

@@ -40,11 +40,15 @@ def best_media_type(accept: str | None, offered: list[str]) -> str | None:
     'text/csv'
     >>> best_media_type(None, ["text/turtle", "application/n-triples"])
     'text/turtle'
+    >>> best_media_type("text/turtle; charset=utf-8", ["application/n-triples", "text/turtle"])
+    'text/turtle'
     """
     if not accept or not accept.strip():
         return offered[0]
     parsed = parse_accept_header(accept, MIMEAccept)
-    return parsed.best_match(offered)
+    # Media-type parameters such as charset=utf-8 must not stop "text/turtle" from matching.
+    bare = MIMEAccept([(value.split(";")[0].strip(), quality) for value, quality in parsed])
+    return bare.best_match(offered)
 
 
 def body_media_type(content_type: str | None) -> tuple[str, dict[str, str]]:

@@ -7,7 +7,14 @@ from sparql_ext.errors import (
     SparqlExtError,
     UnsupportedOperation,
 )
-from sparql_ext.revision import Head, Instant, Ordinal, RevisionDesignator, RevisionId, parse_revision
+from sparql_ext.revision import (
+    Head,
+    Instant,
+    Ordinal,
+    RevisionDesignator,
+    RevisionId,
+    parse_revision,
+)
 from sparql_ext.update import DEFAULT_GRAPH, Operation, split_update
 
 __all__ = [

@@ -231,7 +231,8 @@ def _modify(
     tokens: list[Token], ctx: _Context, prologue: str,
     using: tuple[str, ...], using_named: tuple[str, ...],
 ) -> Operation:
-    """``Modify ::= ('WITH' iri)? (DeleteClause InsertClause? | InsertClause) UsingClause* 'WHERE' GroupGraphPattern``."""
+    """Modify ::= ('WITH' iri)? (DeleteClause InsertClause? | InsertClause) UsingClause*
+    'WHERE' GroupGraphPattern"""
     text = ctx.text
     start, end = tokens[0].start, tokens[-1].end
     with_graph: str | None = None

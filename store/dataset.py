@@ -257,8 +257,9 @@ class RevisionedDataset:
                     "send the data with the Graph Store Protocol (PUT/POST /store) instead"
                 )
         _check_syntax(text, base_iri)
-        if using or using_named:
-            _check_syntax(";\n".join(op.text for op in operations), base_iri)
+        if using or using_named:  # the rewritten operations, one by one (each has its prologue)
+            for op in operations:
+                _check_syntax(op.text, base_iri)
         with self._transaction() as ordinal:
             inserted: set[Quad] = set()
             deleted: set[Quad] = set()

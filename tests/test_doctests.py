@@ -1,0 +1,17 @@
+"""The examples in docstrings are tests too."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["sparql_ext.errors", "sparql_ext.lexer", "sparql_ext.revision", "sparql_ext.update",
+           "store.terms", "protocol.negotiation"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name: str) -> None:
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.failed == 0 and result.attempted > 0

@@ -6,6 +6,7 @@ from sparql_ext.errors import (
     RevisionSyntaxError,
     SparqlExtError,
     UnsupportedOperation,
+    WindowRefSyntaxError,
 )
 from sparql_ext.revision import (
     Head,
@@ -16,9 +17,29 @@ from sparql_ext.revision import (
     parse_revision,
 )
 from sparql_ext.update import DEFAULT_GRAPH, Operation, split_update
+from sparql_ext.windowing import (
+    Element,
+    ElementIndex,
+    ListIndex,
+    Window,
+    WindowNotResolvable,
+    WindowSpec,
+    bind_origin,
+    bounds,
+    from_micros,
+    is_complete,
+    resolve,
+    to_micros,
+    window,
+    windows,
+)
+from sparql_ext.windowref import WindowRef, format_duration, format_revision, parse_window_ref
 
 __all__ = [
     "DEFAULT_GRAPH", "Head", "Instant", "Operation", "Ordinal", "ProtocolConflict",
     "QuerySyntaxError", "RevisionDesignator", "RevisionId", "RevisionSyntaxError",
     "SparqlExtError", "UnsupportedOperation", "parse_revision", "split_update",
+    "Element", "ElementIndex", "ListIndex", "Window", "WindowNotResolvable", "WindowRef", "WindowRefSyntaxError",
+    "WindowSpec", "bind_origin", "bounds", "format_duration", "format_revision", "from_micros", "is_complete",
+    "parse_window_ref", "resolve", "to_micros", "window", "windows",
 ]

@@ -36,6 +36,10 @@ class RevisionSyntaxError(SparqlExtError):
     """A revision designator that is not one of HEAD, HEAD~n, UUID, ordinal or xsd:dateTime."""
 
 
+class WindowRefSyntaxError(SparqlExtError):
+    """A ``WINDOWS=`` WindowRef that does not parse; the message names the bad part and the whole ref."""
+
+
 def line_and_column(text: str, offset: int) -> tuple[int, int]:
     """1-based line and column of ``offset`` in ``text``.
 

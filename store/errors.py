@@ -61,3 +61,31 @@ class StorageFailure(StoreError):
     """The disk or the storage engine failed; the transaction was rolled back."""
 
     status_hint = 500
+
+
+class ElementRejected(StoreError):
+    """A stream element that is malformed (bad timestamp, stray default-graph triple, …)."""
+
+    status_hint = 400
+
+
+class ElementOutOfOrder(StoreError):
+    """An element that breaks the stream's time order (or its lateness) or reuses a graph name."""
+
+    status_hint = 409
+
+
+class StreamNotFound(StoreError):
+    status_hint = 404
+
+
+class StreamConflict(StoreError):
+    """A stream configuration that cannot be applied (e.g. an alias another stream holds)."""
+
+    status_hint = 409
+
+
+class WindowNotComplete(StoreError):
+    """A prospective window that did not complete within the request's timeout."""
+
+    status_hint = 503

@@ -1,0 +1,355 @@
+"""``element_log``: a PySpark streaming data source over the server's per-stream element logs.
+
+The store appends one JSON line per record to ``<root>/<stream>/log.jsonl`` and fsyncs it; a line counts
+only once its ``\\n`` is on disk. Spark's offset for this source is ``{stream: byte offset just past the
+last complete line}``, so a micro-batch is a set of byte ranges, which makes replay after a restart exact:
+Spark checkpoints the offsets of a batch before running it and re-runs the same ranges if it did not
+commit. Why a file and not a socket: the reader runs in separate Python processes (the planner process
+for offsets, executor workers for ``read``), so it cannot share memory with the server anyway, and the
+log is already the durable source of truth.
+
+Record kinds (short keys on purpose, see the store):
+
+- element ``{"o": ordinal, "t": µs, "g": graph IRI, "u": uuid, "c": commit µs}``
+- punctuation ``{"p": µs, "c": commit µs}``
+- registration of a window sequence ``{"r": sequence id, "h": last element ordinal before it, "c": commit µs}``
+  (the row's ``ordinal`` column carries ``h``)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "element_log"
+LOG_FILE = "log.jsonl"
+
+SCHEMA = StructType(
+    [
+        StructField("stream", StringType()),
+        StructField("kind", StringType()),
+        StructField("ordinal", LongType()),
+        StructField("time", TimestampType()),
+        StructField("graph", StringType()),
+        StructField("uuid", StringType()),
+        StructField("sequence", StringType()),
+        StructField("commit", LongType()),
+        StructField("position", LongType()),
+    ]
+)
+#: What Spark checks returned record batches against, field for field (types, time zone, nullability).
+ARROW_SCHEMA: pa.Schema = to_arrow_schema(SCHEMA, timezone="UTC")
+
+_TAIL_BLOCK = 64 * 1024
+_READ_BLOCK = 8 * 1024 * 1024
+_BATCH_ROWS = 10_000
+
+Offsets = dict[str, int]
+
+
+# --------------------------------------------------------------------------------------------- file helpers
+
+
+def list_streams(root: Path) -> dict[str, Path]:
+    """Stream name → log path, for every stream directory that has a log (sorted by name)."""
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except FileNotFoundError:
+        return {}
+    found: dict[str, Path] = {}
+    for entry in entries:
+        if entry.name.startswith(".") or not entry.is_dir():
+            continue
+        path = Path(entry.path) / LOG_FILE
+        if path.is_file():
+            found[entry.name] = path
+    return found
+
+
+def complete_end(path: Path, start: int, size: int | None = None) -> int:
+    """Byte offset just past the last ``\\n`` in ``[start, size)``; ``start`` when there is none.
+
+    Scans backwards from the end, so the cost is the length of the incomplete tail, not of the log.
+    """
+    try:
+        with open(path, "rb") as f:
+            if size is None:
+                size = os.fstat(f.fileno()).st_size
+            pos = size
+            while pos > start:
+                low = max(start, pos - _TAIL_BLOCK)
+                f.seek(low)
+                block = f.read(pos - low)
+                i = block.rfind(b"\n")
+                if i >= 0:
+                    return low + i + 1
+                pos = low
+    except FileNotFoundError:
+        pass
+    return start
+
+
+def _parse(stream: str, position: int, line: bytes, cols: dict[str, list[Any]]) -> None:
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        log.warning("%s: skipping undecodable line at byte %d", stream, position)
+        return
+    if "o" in rec:
+        row = ("element", rec["o"], rec.get("t"), rec.get("g"), rec.get("u"), None)
+    elif "p" in rec:
+        row = ("punctuation", None, rec["p"], None, None, None)
+    elif "r" in rec:
+        row = ("registration", rec.get("h"), None, None, None, rec["r"])  # ordinal: last element before it
+    else:
+        log.warning("%s: skipping unknown record at byte %d", stream, position)
+        return
+    for name, value in zip(("kind", "ordinal", "time", "graph", "uuid", "sequence"), row, strict=True):
+        cols[name].append(value)
+    cols["commit"].append(rec.get("c"))
+    cols["position"].append(position)
+
+
+def _batch(stream: str, cols: dict[str, list[Any]]) -> pa.RecordBatch:
+    n = len(cols["position"])
+    arrays = [pa.array([stream] * n, pa.string())]
+    for f in list(ARROW_SCHEMA)[1:]:
+        arrays.append(pa.array(cols[f.name], f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def read_range(stream: str, path: Path, start: int, end: int) -> Iterator[pa.RecordBatch]:
+    """Record batches for the complete lines in ``[start, end)`` (nothing if the log is gone)."""
+    names = ARROW_SCHEMA.names[1:]
+    cols: dict[str, list[Any]] = {name: [] for name in names}
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        f.seek(start)
+        pos, carry = start, b""
+        while pos < end:
+            block = f.read(min(_READ_BLOCK, end - pos))
+            if not block:  # the file shrank under us (deleted and re-created): stop at what is there
+                break
+            pos += len(block)
+            data = carry + block
+            base = pos - len(data)
+            cut = data.rfind(b"\n") + 1
+            carry = data[cut:]
+            offset = 0
+            for line in data[:cut].split(b"\n")[:-1]:
+                if line.strip():
+                    _parse(stream, base + offset, line, cols)
+                offset += len(line) + 1
+                if len(cols["position"]) >= _BATCH_ROWS:
+                    yield _batch(stream, cols)
+                    cols = {name: [] for name in names}
+    if cols["position"]:
+        yield _batch(stream, cols)
+
+
+# ----------------------------------------------------------------------------------------------- the source
+
+
+@dataclass
+class LogSlice(InputPartition):
+    """One stream's new bytes in a micro-batch; pickled to the executor's Python worker."""
+
+    stream: str
+    path: str
+    start: int
+    end: int
+
+
+class ElementLogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are byte positions of complete lines; holds no state besides the options.
+
+    A stream missing from the start offset starts at 0 (it appeared after the query started). A stream
+    whose directory is gone is dropped from the next offset. A log shorter than its checkpointed offset
+    was deleted and re-created under the same name and is read again from 0 — reliable only if the new
+    log is still shorter than the old offset when the source next looks; the store should not reuse a
+    stream's directory name.
+    """
+
+    def __init__(self, root: Path, starting: str = "earliest", pause_file: Path | None = None) -> None:
+        self.root = root
+        self.starting = starting
+        self.pause_file = pause_file
+        self._cap: Offsets | None = None
+
+    def _paused(self) -> bool:
+        """True while the pause marker exists; acknowledged once by an ``.ack`` file next to it."""
+        if self.pause_file is None or not self.pause_file.exists():
+            return False
+        ack = self.pause_file.with_name(self.pause_file.name + ".ack")
+        if not ack.exists():
+            ack.touch()
+        return True
+
+    def _current(self, start: Offsets) -> Offsets:
+        ends: Offsets = {}
+        for name, path in list_streams(self.root).items():
+            begin = start.get(name, 0)
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                continue
+            if size < begin:
+                begin = 0
+            ends[name] = complete_end(path, begin, size)
+        return ends
+
+    def initialOffset(self) -> Offsets:  # noqa: N802 (Spark's name)
+        """All zeros (replay every log), or the current ends with ``startingOffsets=latest``."""
+        if self.starting == "latest":
+            return self._current({})
+        return {name: 0 for name in list_streams(self.root)}
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:  # noqa: N802
+        """Current complete-line ends; the read limit is ignored (always ``ReadAllAvailable`` here)."""
+        if self._paused():
+            return start
+        ends = self._current(start)
+        if self._cap is not None:  # Trigger.AvailableNow: nothing past what existed when it began
+            ends = {k: min(v, self._cap[k]) if k in self._cap else start.get(k, 0) for k, v in ends.items()}
+        return dict(sorted(ends.items()))  # Spark compares offsets as JSON text: keep key order stable
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        self._cap = self._current({})
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[LogSlice]:
+        slices = []
+        for name, stop in end.items():
+            begin = start.get(name, 0)
+            if stop < begin:  # re-created log (see class doc)
+                begin = 0
+            if stop > begin:
+                slices.append(LogSlice(name, str(self.root / name / LOG_FILE), begin, stop))
+        return slices
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LogSlice)
+        return read_range(partition.stream, Path(partition.path), partition.start, partition.end)
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing to release: the logs belong to the store, which owns their retention."""
+
+
+class ElementLogSource(DataSource):
+    """``spark.readStream.format("element_log").option("path", root)``.
+
+    Options: ``startingOffsets`` (``earliest``, the default, or ``latest``; only for a new checkpoint) and
+    ``pauseFile`` (while that file exists the source reports no new data; see :func:`stop_element_pipeline`).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> ElementLogReader:  # noqa: N802
+        if "path" not in self.options:
+            raise ValueError("element_log needs option 'path' (the stream log root directory)")
+        starting = self.options.get("startingOffsets", "earliest").lower()
+        if starting not in ("earliest", "latest"):
+            raise ValueError(f"element_log: startingOffsets must be earliest or latest, not {starting!r}")
+        pause = self.options.get("pauseFile")
+        return ElementLogReader(Path(self.options["path"]), starting, Path(pause) if pause else None)
+
+
+def register(spark: SparkSession) -> None:
+    """Register the source with a session (registration is per session, and idempotent)."""
+    spark.dataSource.register(ElementLogSource)
+
+
+def element_stream(
+    spark: SparkSession, root: Path, starting: str = "earliest", pause_file: Path | None = None
+) -> DataFrame:
+    """The streaming DataFrame of all records of all streams under ``root``."""
+    register(spark)
+    reader = spark.readStream.format(SOURCE_NAME).option("path", str(root)).option("startingOffsets", starting)
+    if pause_file is not None:
+        reader = reader.option("pauseFile", str(pause_file))
+    return reader.load()
+
+
+# --------------------------------------------------------------------------------------------- the pipeline
+
+PAUSE_FILE = "_pause"
+
+
+def _pause_paths(checkpoint: Path) -> tuple[Path, Path]:
+    return checkpoint / PAUSE_FILE, checkpoint / (PAUSE_FILE + ".ack")
+
+
+def start_element_pipeline(
+    spark: SparkSession,
+    root: Path,
+    checkpoint: Path,
+    on_batch: Callable[[DataFrame, int], None],
+    trigger_seconds: float = 0,
+    *,
+    starting: str = "earliest",
+    query_name: str | None = None,
+) -> StreamingQuery:
+    """Run ``on_batch(batch_df, batch_id)`` for every micro-batch of new records, via ``foreachBatch``.
+
+    Spark writes a batch's offsets to ``checkpoint`` before running it and marks it done after
+    ``on_batch`` returns; a batch not marked done (``on_batch`` raised, crash, hard stop) is re-run with the
+    same ``batch_id`` and the same rows on restart. Stop with :func:`stop_element_pipeline`, which never
+    cuts a batch; even so, keep ``on_batch`` idempotent per ``batch_id`` to survive crashes.
+    """
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    for marker in _pause_paths(checkpoint):
+        marker.unlink(missing_ok=True)
+    stream = element_stream(spark, root, starting, pause_file=_pause_paths(checkpoint)[0])
+    writer = stream.writeStream.foreachBatch(on_batch).option("checkpointLocation", str(checkpoint))
+    writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
+    if query_name:
+        writer = writer.queryName(query_name)
+    return writer.start()
+
+
+def stop_element_pipeline(query: StreamingQuery, checkpoint: Path, timeout: float = 30.0) -> bool:
+    """Stop between batches: pause the source, wait until it confirms, then stop the query.
+
+    ``query.stop()`` alone interrupts the query thread wherever it is; measured: the interrupt can land
+    while the commit of a finished batch is being written, so the batch is re-run on restart. Instead a
+    marker file pauses the source (it reports no new data), and the reader acknowledges on its next
+    ``latestOffset`` call, which Spark only makes once the previous batch is committed. Returns whether
+    the acknowledgement came within ``timeout`` (the query is stopped either way).
+    """
+    pause, ack = _pause_paths(checkpoint)
+    clean = False
+    if query.isActive:
+        pause.touch()
+        deadline = time.monotonic() + timeout
+        while query.isActive and time.monotonic() < deadline:
+            if ack.exists():
+                clean = True
+                break
+            time.sleep(0.01)
+    query.stop()
+    for marker in (pause, ack):
+        marker.unlink(missing_ok=True)
+    return clean

@@ -1,0 +1,484 @@
+"""One stream: its elements in an on-disk pyoxigraph store, its element log, and group commit.
+
+Layout under ``<data>/streams/<name>/``::
+
+    config.json      the stream's configuration (timestamp predicate, lateness, retention, aliases)
+    store/           pyoxigraph: element graphs as named graphs; each element's timestamp triple
+                     in a graph of its own (``urn:x-concentrator:timestamp:<ordinal>``), so that a
+                     window's default graph can be exactly its elements' timestamp triples
+    log.jsonl        one line per committed element or punctuation: the commit record, the
+                     timestamp index, and what the Spark pipeline reads
+    pending.json     graph names a batch is writing before its log lines are durable
+
+Each element is one transaction (one revision, ordinal = element number). Elements are committed
+in groups: a committer thread takes every element waiting, writes them to the store, then appends
+and fsyncs their log lines; an element is visible once its line is durable. A crash in between
+leaves graphs that ``pending.json`` names and the log does not: they are removed at start-up.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import random
+import shutil
+import threading
+import time as clock
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad, RdfFormat, Store, serialize
+
+from sparql_ext.windowing import Element, WindowSpec
+from store.elements import PROV_GENERATED_AT_TIME, ElementName, ParsedElement
+from store.errors import ElementOutOfOrder, ElementRejected, StorageFailure
+from store.history import fsync_file
+from store.terms import graph_from_text
+
+if TYPE_CHECKING:
+    from store.windows import Sequence
+
+TIMESTAMP_GRAPH_PREFIX = "urn:x-concentrator:timestamp:"
+RESERVED_PREFIX = "urn:x-concentrator:"
+_XSD_DATETIME = NamedNode("http://www.w3.org/2001/XMLSchema#dateTime")
+_BULK_THRESHOLD = 2_000  # quads: below it a transactional extend is as fast as a bulk load
+_MAX_BATCH = 5_000  # elements per commit: bounds the latency of a batch during a flood
+
+
+@dataclass
+class StreamConfig:
+    """What ``PUT /streams/{name}`` sets."""
+
+    name: str
+    timestamp_predicate: str = PROV_GENERATED_AT_TIME
+    lateness: int = 0  # µs of allowed lateness; 0 = distinct time series (strictly increasing)
+    retention: int | None = None  # µs of stream time to keep; None = keep everything
+    aliases: list[str] = field(default_factory=list)  # other IRIs (e.g. urn:uuid:…) naming this stream
+    uuid_prefix: int = 0  # high 64 bits of this stream's revision UUIDs (random at creation)
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> StreamConfig:
+        return cls(**data)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class ElementRecord:
+    """A committed element: its revision record."""
+
+    ordinal: int
+    time: int  # element timestamp, µs since the epoch
+    graph: str  # N-Triples form: <iri> or _:label
+    commit: int  # commit time, µs since the epoch
+
+
+@dataclass(frozen=True)
+class AppendReceipt:
+    """How far an upload got: the client resumes after ``last_ordinal`` without duplicates."""
+
+    committed: int
+    punctuations: int
+    first_ordinal: int | None
+    last_ordinal: int | None
+    last_time: int | None
+
+
+def timestamp_graph(ordinal: int) -> NamedNode:
+    return NamedNode(f"{TIMESTAMP_GRAPH_PREFIX}{ordinal}")
+
+
+def now_micros() -> int:
+    return clock.time_ns() // 1_000
+
+
+class Stream:
+    """A stream's elements and their index. Thread-safe: many uploaders, many readers."""
+
+    def __init__(self, directory: Path, config: StreamConfig, *, in_memory: bool = False) -> None:
+        self.directory = directory
+        self.config = config
+        directory.mkdir(parents=True, exist_ok=True)
+        self._store = Store() if in_memory else Store(str(directory / "store"))
+        self._log_path = directory / "log.jsonl"
+        self._pending_path = directory / "pending.json"
+        # The index: parallel arrays by ordinal - first_ordinal (expired elements are cut off).
+        self.first_ordinal = 1
+        self._times: list[int] = []
+        self._graphs: list[str] = []
+        self._commits: list[int] = []
+        self._graph_ordinals: dict[str, int] = {}
+        self._by_time: list[tuple[int, int]] = []  # (time, ordinal), sorted; only kept if lateness > 0
+        self.stream_time: int | None = None  # max timestamp or punctuation committed
+        self.punctuations = 0
+        self._changed = threading.Condition()
+        # Accepting (validation + ordinal assignment) is serialized; committing is the committer's.
+        self._accept_lock = threading.Lock()
+        self._accepted_head = 0
+        self._accepted_time: int | None = None
+        self._accepted_graphs: set[str] = set()
+        self._commit_lock = threading.Lock()
+        self._work = threading.Condition()  # the committer waits on it for accepted elements
+        self._incoming: list[tuple[int, ParsedElement | str]] = []  # ordinal 0: punctuation; -1: marker
+        self._unflushed = 0
+        self._failure: StorageFailure | None = None
+        self._closed = False
+        self._recover()
+        from store.windows import WindowLog  # windows.py builds on this module's helpers
+
+        self.windows = WindowLog(directory / "windows")
+        self._committer = threading.Thread(target=self._commit_loop, name=f"commit-{config.name}", daemon=True)
+        self._committer.start()
+
+    # -- creation ----------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, config: StreamConfig, *, in_memory: bool = False) -> Stream:
+        if not config.uuid_prefix:
+            config.uuid_prefix = (random.getrandbits(64) & ~0xF000) | 0x8000  # UUID version 8
+        directory.mkdir(parents=True, exist_ok=True)
+        write_json(directory / "config.json", config.to_json())
+        return cls(directory, config, in_memory=in_memory)
+
+    @classmethod
+    def open(cls, directory: Path, *, in_memory: bool = False) -> Stream:
+        config = StreamConfig.from_json(json.loads((directory / "config.json").read_text()))
+        return cls(directory, config, in_memory=in_memory)
+
+    def reconfigure(self, config: StreamConfig) -> None:
+        config.uuid_prefix = self.config.uuid_prefix
+        write_json(self.directory / "config.json", config.to_json())
+        self.config = config
+
+    # -- index (sparql_ext.windowing.ElementIndex) --------------------------------------------
+
+    def head(self) -> int:
+        return self.first_ordinal + len(self._times) - 1
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    def time_of(self, ordinal: int) -> int | None:
+        i = ordinal - self.first_ordinal
+        return self._times[i] if 0 <= i < len(self._times) else None
+
+    def record(self, ordinal: int) -> ElementRecord | None:
+        i = ordinal - self.first_ordinal
+        if not 0 <= i < len(self._times):
+            return None
+        return ElementRecord(ordinal, self._times[i], self._graphs[i], self._commits[i])
+
+    def ordinal_of(self, revision_uuid: uuid.UUID) -> int | None:
+        value = revision_uuid.int
+        if value >> 64 != self.config.uuid_prefix:
+            return None
+        ordinal = value & ((1 << 62) - 1)
+        return ordinal if self.time_of(ordinal) is not None else None
+
+    def uuid_of(self, ordinal: int) -> uuid.UUID:
+        return uuid.UUID(int=(self.config.uuid_prefix << 64) | (1 << 63) | ordinal)
+
+    def ordinal_of_graph(self, graph: str) -> int | None:
+        return self._graph_ordinals.get(graph)
+
+    def last_at_or_before(self, time: int) -> int | None:
+        if self._by_time:
+            i = bisect.bisect_right(self._by_time, (time, 1 << 62))
+            return self._by_time[i - 1][1] if i else None
+        i = bisect.bisect_right(self._times, time)
+        return self.first_ordinal + i - 1 if i else None
+
+    def elements(self, first: int, last: int) -> list[Element]:
+        """Retained elements with ordinals first..last."""
+        lo = max(first, self.first_ordinal) - self.first_ordinal
+        hi = min(last, self.head()) - self.first_ordinal
+        return [Element(self.first_ordinal + i, self._times[i]) for i in range(lo, hi + 1)]
+
+    def between(self, start: int, end: int, *, backward: bool) -> list[Element]:
+        """Elements with time in [start, end), or (start, end] if backward."""
+        if self._by_time:
+            pairs = self._by_time
+            lo = bisect.bisect_right(pairs, (start, 1 << 62)) if backward else bisect.bisect_left(pairs, (start, 0))
+            hi = bisect.bisect_right(pairs, (end, 1 << 62)) if backward else bisect.bisect_left(pairs, (end, 0))
+            return sorted((Element(o, t) for t, o in pairs[lo:hi]), key=lambda e: e.ordinal)
+        times = self._times
+        lo = bisect.bisect_right(times, start) if backward else bisect.bisect_left(times, start)
+        hi = bisect.bisect_right(times, end) if backward else bisect.bisect_left(times, end)
+        return [Element(self.first_ordinal + i, times[i]) for i in range(lo, hi)]
+
+    def wait_for(self, predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+        """Block until ``predicate()`` holds after a commit, or ``timeout`` seconds pass."""
+        with self._changed:
+            return self._changed.wait_for(predicate, timeout)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        """The element store. Read it only through graph lists of committed elements."""
+        return self._store
+
+    def dataset_graphs(self, ordinals: Iterable[int]) -> tuple[list[NamedNode], list[ElementName]]:
+        """The window dataset of these elements: its default graph is their timestamp graphs,
+        its named graphs the elements (a view: nothing is copied)."""
+        defaults: list[NamedNode] = []
+        named: list[ElementName] = []
+        for ordinal in ordinals:
+            i = ordinal - self.first_ordinal
+            if 0 <= i < len(self._graphs):
+                defaults.append(timestamp_graph(ordinal))
+                named.append(graph_from_text(self._graphs[i]))  # type: ignore[arg-type]
+        return defaults, named
+
+    def dataset_quads(self, ordinals: Iterable[int]) -> Iterator[Quad]:
+        """The window dataset as quads: timestamp triples in the default graph, then elements."""
+        ordinals = list(ordinals)
+        for ordinal in ordinals:
+            for quad in self._store.quads_for_pattern(None, None, None, timestamp_graph(ordinal)):
+                yield Quad(quad.subject, quad.predicate, quad.object, DefaultGraph())
+        for ordinal in ordinals:
+            i = ordinal - self.first_ordinal
+            if 0 <= i < len(self._graphs):
+                yield from self._store.quads_for_pattern(None, None, None, graph_from_text(self._graphs[i]))
+
+    # -- appending ----------------------------------------------------------------------------
+
+    def accept(self, element: ParsedElement, received: int) -> int | None:
+        """Validate ``element`` against the stream and queue it for commit.
+
+        Returns its ordinal (None for punctuation). Raises before anything of it is queued."""
+        self._raise_failure()
+        graph = str(element.graph)
+        with self._accept_lock:
+            label = f"element {self._accepted_head + 1} (graph {graph})"
+            if graph.startswith("<" + RESERVED_PREFIX):
+                raise ElementRejected(f"{label}: graph names under {RESERVED_PREFIX} are reserved")
+            time = element.time
+            last = self._accepted_time
+            if time is None:
+                time = received if last is None else max(received, last + 1)
+            elif last is not None and time <= last - self.config.lateness:
+                allowed = "after" if self.config.lateness == 0 else f"later than {self.config.lateness} µs before"
+                raise ElementOutOfOrder(
+                    f"{label}: timestamp {format_micros(time)} is not {allowed} the stream time "
+                    f"{format_micros(last)} (the stream is a distinct time series: timestamps strictly increase"
+                    + ("" if self.config.lateness == 0 else ", up to the configured lateness") + ")"
+                )
+            if element.is_punctuation:
+                self._accepted_time = time if last is None else max(time, last)
+                self._enqueue(0, ParsedElement(element.graph, [], time))
+                return None
+            if graph in self._accepted_graphs or graph in self._graph_ordinals:
+                raise ElementOutOfOrder(f"{label}: graph name {graph} is already an element of this stream")
+            element.time = time
+            self._accepted_head += 1
+            self._accepted_time = time if last is None else max(time, last)
+            self._accepted_graphs.add(graph)
+            self._enqueue(self._accepted_head, element)
+            return self._accepted_head
+
+    def punctuate(self, time: int) -> None:
+        """Stream time is now ``time``: windows ending at or before it can complete."""
+        with self._accept_lock:
+            last = self._accepted_time
+            if last is not None and time <= last - self.config.lateness:
+                raise ElementOutOfOrder(
+                    f"punctuation {format_micros(time)} is not after the stream time {format_micros(last)}"
+                )
+            self._accepted_time = time if last is None else max(time, last)
+            self._enqueue(0, ParsedElement(NamedNode(f"{RESERVED_PREFIX}punctuation"), [], time))
+
+    def register(self, ref: str, spec: WindowSpec) -> Sequence:
+        """Register a window sequence (once per distinct ref). Its registration goes into the log in
+        order with the elements: the pipeline treats elements before it as history, after it live."""
+        sequence, new = self.windows.register(ref, spec)
+        if new:
+            with self._accept_lock:
+                self._enqueue(-1, sequence.id)
+        return sequence
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until everything accepted so far is committed (or the commit failed)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._unflushed == 0 or self._failure is not None, timeout)
+        self._raise_failure()
+
+    def _enqueue(self, ordinal: int, element: ParsedElement | str) -> None:
+        with self._work:
+            self._incoming.append((ordinal, element))
+            self._unflushed += 1
+            if len(self._incoming) == 1:
+                self._work.notify()
+
+    def _commit_waiting(self) -> bool:
+        """Commit everything accepted so far, in order; False if there was nothing."""
+        with self._commit_lock:
+            with self._work:
+                batch, self._incoming = self._incoming[:_MAX_BATCH], self._incoming[_MAX_BATCH:]
+            if not batch:
+                return False
+            try:
+                if self._failure is None:
+                    self._commit(batch)
+            except Exception as error:  # noqa: BLE001 - a failed commit stops the stream, visibly
+                self._failure = StorageFailure(f"stream {self.config.name}: commit failed: {error}")
+            with self._work:
+                self._unflushed -= len(batch)
+            with self._changed:
+                self._changed.notify_all()
+            return True
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    # -- committing ---------------------------------------------------------------------------
+
+    def _commit_loop(self) -> None:
+        # Group commit: whatever was accepted while the previous batch was being written is the
+        # next batch, so a trickle commits element by element and a flood in large batches.
+        while True:
+            with self._work:
+                self._work.wait_for(lambda: self._incoming or self._closed)
+                if not self._incoming and self._closed:
+                    return
+            self._commit_waiting()
+
+    def _commit(self, batch: list[tuple[int, ParsedElement | str]]) -> None:
+        commit_time = now_micros()
+        quads: list[Quad] = []
+        lines: list[str] = []
+        graphs: list[str] = []
+        predicate = NamedNode(self.config.timestamp_predicate)
+        head = self.head()
+        for ordinal, element in batch:
+            if isinstance(element, str):
+                lines.append(json.dumps({"r": element, "h": head, "c": commit_time}))  # h: last element before it
+                continue
+            if ordinal == 0:
+                lines.append(json.dumps({"p": element.time, "c": commit_time}))
+                continue
+            head = ordinal
+            quads.extend(element.quads)
+            stamp = Literal(format_micros(element.time), datatype=_XSD_DATETIME)  # type: ignore[arg-type]
+            quads.append(Quad(element.graph, predicate, stamp, timestamp_graph(ordinal)))
+            graph = str(element.graph)
+            graphs.append(graph)
+            lines.append(json.dumps({"o": ordinal, "t": element.time, "g": graph, "c": commit_time}))
+        if quads:
+            write_json(self._pending_path, {"graphs": graphs, "from": batch[0][0]})
+            if len(quads) >= _BULK_THRESHOLD:
+                # Serialized first so that the bulk load runs without the GIL, in parallel with parsing.
+                self._store.bulk_load(serialize(quads, format=RdfFormat.N_QUADS), RdfFormat.N_QUADS)
+            else:
+                self._store.extend(quads)
+        with self._log_path.open("a", encoding="utf-8") as log:
+            log.write("\n".join(lines) + "\n")
+            log.flush()
+            os.fsync(log.fileno())
+        self._pending_path.unlink(missing_ok=True)
+        elements = [(ordinal, element) for ordinal, element in batch if isinstance(element, ParsedElement)]
+        with self._changed:
+            for ordinal, element in elements:
+                self._index(ordinal, element.time, str(element.graph), commit_time)  # type: ignore[arg-type]
+            self._changed.notify_all()
+        with self._accept_lock:
+            for ordinal, element in elements:
+                if ordinal:
+                    self._accepted_graphs.discard(str(element.graph))
+
+    def _index(self, ordinal: int, time: int, graph: str, commit: int) -> None:
+        if ordinal == 0:
+            self.punctuations += 1
+        else:
+            if not self._times:
+                self.first_ordinal = ordinal
+            self._times.append(time)
+            self._graphs.append(graph)
+            self._commits.append(commit)
+            self._graph_ordinals[graph] = ordinal
+            if self.config.lateness:
+                bisect.insort(self._by_time, (time, ordinal))
+        self.stream_time = time if self.stream_time is None else max(self.stream_time, time)
+
+    def _recover(self) -> None:
+        """Rebuild the index from the log; undo a batch whose log lines never became durable."""
+        if self._log_path.exists():
+            with self._log_path.open("rb") as log:
+                data = log.read()
+            end = data.rfind(b"\n") + 1
+            if end < len(data):  # a torn last line: the process died while appending it
+                with self._log_path.open("r+b") as log:
+                    log.truncate(end)
+            for line in data[:end].splitlines():
+                entry = json.loads(line)
+                if "o" in entry:
+                    self._index(entry["o"], entry["t"], entry["g"], entry["c"])
+                elif "p" in entry:
+                    self._index(0, entry["p"], "", entry["c"])
+        if self._pending_path.exists():
+            pending = json.loads(self._pending_path.read_text())
+            first = pending["from"]
+            for graph in pending["graphs"]:
+                if graph not in self._graph_ordinals:
+                    self._store.remove_graph(graph_from_text(graph))  # type: ignore[arg-type]
+            for ordinal in range(first, first + len(pending["graphs"]) + 1):
+                if ordinal > self.head():
+                    self._store.remove_graph(timestamp_graph(ordinal))
+            self._pending_path.unlink()
+        self._accepted_head = self.head()
+        self._accepted_time = self.stream_time
+
+    # -- expiry -------------------------------------------------------------------------------
+
+    def expire_before(self, ordinal: int) -> int:
+        """Drop elements with ordinals below ``ordinal`` (retention); returns how many."""
+        with self._changed:
+            count = max(0, min(ordinal, self.head() + 1) - self.first_ordinal)
+            if count == 0:
+                return 0
+            dropped = self._graphs[:count]
+            first = self.first_ordinal
+            del self._times[:count], self._graphs[:count], self._commits[:count]
+            for graph in dropped:
+                self._graph_ordinals.pop(graph, None)
+            if self._by_time:
+                self._by_time = [pair for pair in self._by_time if pair[1] >= first + count]
+            self.first_ordinal = first + count
+        for offset, graph in enumerate(dropped):
+            self._store.remove_graph(graph_from_text(graph))  # type: ignore[arg-type]
+            self._store.remove_graph(timestamp_graph(first + offset))
+        return count
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        with self._work:
+            self._closed = True
+            self._work.notify()
+        self._committer.join(timeout=60)
+
+    def remove(self) -> None:
+        self.close()
+        del self._store
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def format_micros(value: int) -> str:
+    """µs since the epoch as an xsd:dateTime in UTC ('Z'), microseconds only when needed."""
+    seconds, micros_part = divmod(value, 1_000_000)
+    text = clock.strftime("%Y-%m-%dT%H:%M:%S", clock.gmtime(seconds))
+    return f"{text}.{micros_part:06d}Z" if micros_part else f"{text}Z"
+
+
+def write_json(path: Path, data: object) -> None:
+    """Replace ``path`` atomically and durably."""
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    temporary.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    fsync_file(temporary)
+    os.replace(temporary, path)

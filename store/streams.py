@@ -1,0 +1,80 @@
+"""The catalog of streams of one server: names, directories, and IRIs that alias them."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+from store.errors import StreamConflict, StreamNotFound
+from store.stream import Stream, StreamConfig
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_stream_name(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise StreamNotFound(
+            f"{name!r} is not a stream name: use 1-128 letters, digits, '.', '_' or '-', starting with a "
+            "letter or digit"
+        )
+    return name
+
+
+class StreamCatalog:
+    """Streams under ``<data>/streams/``; opened at start-up, created by ``PUT /streams/{name}``."""
+
+    def __init__(self, directory: Path, *, in_memory: bool = False) -> None:
+        self.directory = directory
+        self._in_memory = in_memory
+        self._lock = threading.Lock()
+        self._streams: dict[str, Stream] = {}
+        directory.mkdir(parents=True, exist_ok=True)
+        for child in sorted(directory.iterdir()):
+            if (child / "config.json").exists():
+                self._streams[child.name] = Stream.open(child, in_memory=in_memory)
+
+    def names(self) -> list[str]:
+        return sorted(self._streams)
+
+    def get(self, name: str) -> Stream:
+        stream = self._streams.get(name)
+        if stream is None:
+            raise StreamNotFound(f"no stream named {name!r}: create it with PUT /streams/{name}")
+        return stream
+
+    def find(self, name: str) -> Stream | None:
+        return self._streams.get(name)
+
+    def by_alias(self, iri: str) -> Stream | None:
+        """The stream an IRI such as ``urn:uuid:…`` was mapped to."""
+        for stream in self._streams.values():
+            if iri in stream.config.aliases:
+                return stream
+        return None
+
+    def put(self, config: StreamConfig) -> tuple[Stream, bool]:
+        """Create or reconfigure; returns the stream and whether it was created."""
+        check_stream_name(config.name)
+        with self._lock:
+            for other in self._streams.values():
+                taken = set(config.aliases) & set(other.config.aliases)
+                if other.config.name != config.name and taken:
+                    raise StreamConflict(f"alias {sorted(taken)[0]} already names stream {other.config.name!r}")
+            existing = self._streams.get(config.name)
+            if existing is not None:
+                existing.reconfigure(config)
+                return existing, False
+            stream = Stream.create(self.directory / config.name, config, in_memory=self._in_memory)
+            self._streams[config.name] = stream
+            return stream, True
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            stream = self.get(name)
+            del self._streams[name]
+        stream.remove()
+
+    def close(self) -> None:
+        for stream in self._streams.values():
+            stream.close()

@@ -1,0 +1,234 @@
+"""Window sequences registered on a stream, and the window revisions materialized for them.
+
+Layout under ``<data>/streams/<name>/windows/``::
+
+    sequences.json   registered sequences: WindowRef text -> resolved WindowSpec
+    revisions.jsonl  one line per materialized window (a window revision), appended
+    state.json       the pipeline's progress: last Spark batch applied, open windows
+
+A window revision is a view: it names its elements (ordinal runs); the element graphs are not
+copied. Revisions and state are written by ``commit``, which is idempotent per Spark batch id so a
+batch replayed after a crash materializes nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from sparql_ext.windowing import WindowSpec
+from store.history import fsync_file
+from store.stream import now_micros, write_json
+
+Runs = tuple[tuple[int, int], ...]  # inclusive ordinal ranges, ascending
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """A repeating (or prospective) WindowRef registered on a stream."""
+
+    id: str
+    ref: str
+    spec: WindowSpec
+    registered: int  # µs
+
+    def to_json(self) -> dict[str, object]:
+        return {"id": self.id, "ref": self.ref, "spec": asdict(self.spec), "registered": self.registered}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Sequence:  # type: ignore[type-arg]
+        return cls(data["id"], data["ref"], WindowSpec(**data["spec"]), data["registered"])
+
+
+@dataclass(frozen=True)
+class WindowRevision:
+    """A complete window, materialized: bounds, elements, commit time, UUID."""
+
+    sequence: str
+    index: int
+    start: int  # µs (time windows) or ordinal (count windows)
+    end: int
+    runs: Runs
+    commit: int
+    uuid: str
+
+    @property
+    def count(self) -> int:
+        return sum(last - first + 1 for first, last in self.runs)
+
+    def ordinals(self) -> Iterator[int]:
+        for first, last in self.runs:
+            yield from range(first, last + 1)
+
+    def to_json(self) -> dict[str, object]:
+        return {"s": self.sequence, "k": self.index, "start": self.start, "end": self.end,
+                "runs": [list(run) for run in self.runs], "c": self.commit, "u": self.uuid}
+
+    @classmethod
+    def from_json(cls, data: dict) -> WindowRevision:  # type: ignore[type-arg]
+        runs = tuple((first, last) for first, last in data["runs"])
+        return cls(data["s"], data["k"], data["start"], data["end"], runs, data["c"], data["u"])
+
+
+@dataclass
+class PipelineState:
+    """What the pipeline must remember between batches (and across restarts)."""
+
+    batch: int = -1  # last Spark batch id applied
+    watermark: int | None = None  # stream time known to have passed, µs
+    open: dict[str, dict[int, list[list[int]]]] = field(default_factory=dict)  # sequence -> k -> runs
+    next_index: dict[str, int] = field(default_factory=dict)  # sequence -> next window to materialize
+    origins: dict[str, int] = field(default_factory=dict)  # sequence -> t0 bound after registration
+
+    def to_json(self) -> dict[str, object]:
+        return {"batch": self.batch, "watermark": self.watermark, "next_index": self.next_index,
+                "origins": self.origins,
+                "open": {seq: {str(k): runs for k, runs in ws.items()} for seq, ws in self.open.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict) -> PipelineState:  # type: ignore[type-arg]
+        opened = {seq: {int(k): runs for k, runs in ws.items()} for seq, ws in data.get("open", {}).items()}
+        return cls(data["batch"], data.get("watermark"), opened, data.get("next_index", {}),
+                   data.get("origins", {}))
+
+
+def sequence_id(ref: str) -> str:
+    """A stable id for a WindowRef's text (one sequence per distinct ref per stream)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, ref).hex[:16]
+
+
+class WindowLog:
+    """The registered sequences and window revisions of one stream."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self._sequences_path = directory / "sequences.json"
+        self._revisions_path = directory / "revisions.jsonl"
+        self._state_path = directory / "state.json"
+        self._changed = threading.Condition()
+        self._sequences: dict[str, Sequence] = {}
+        self._latest: dict[str, WindowRevision] = {}
+        self._by_uuid: dict[str, WindowRevision] = {}
+        self._emitted: dict[str, int] = {}
+        self.state = PipelineState()
+        if self._sequences_path.exists():
+            for entry in json.loads(self._sequences_path.read_text()):
+                sequence = Sequence.from_json(entry)
+                self._sequences[sequence.id] = sequence
+        if self._state_path.exists():
+            self.state = PipelineState.from_json(json.loads(self._state_path.read_text()))
+        self._load_revisions()
+
+    def _load_revisions(self) -> None:
+        if not self._revisions_path.exists():
+            return
+        data = self._revisions_path.read_bytes()
+        lines = data[: data.rfind(b"\n") + 1].splitlines()
+        kept = []
+        for line in lines:
+            revision = WindowRevision.from_json(json.loads(line))
+            # Lines past the state's next_index come from a batch whose state never became durable:
+            # that batch is replayed, so they are dropped here and written again.
+            if revision.index < self.state.next_index.get(revision.sequence, 0):
+                kept.append(line)
+                self._remember(revision)
+        if len(kept) != len(lines) or len(data) != sum(len(line) + 1 for line in lines):
+            temporary = self._revisions_path.with_suffix(".tmp")
+            temporary.write_bytes(b"".join(line + b"\n" for line in kept))
+            fsync_file(temporary)
+            os.replace(temporary, self._revisions_path)
+
+    def _remember(self, revision: WindowRevision) -> None:
+        self._latest[revision.sequence] = revision
+        self._by_uuid[revision.uuid] = revision
+        self._emitted[revision.sequence] = self._emitted.get(revision.sequence, 0) + 1
+
+    # -- sequences ----------------------------------------------------------------------------
+
+    def sequences(self) -> list[Sequence]:
+        return list(self._sequences.values())
+
+    def find(self, ref: str) -> Sequence | None:
+        return self._sequences.get(sequence_id(ref))
+
+    def sequence(self, ident: str) -> Sequence | None:
+        return self._sequences.get(ident)
+
+    def register(self, ref: str, spec: WindowSpec) -> tuple[Sequence, bool]:
+        """Register ``ref`` (resolved as ``spec``); returns the sequence and whether it is new."""
+        with self._changed:
+            ident = sequence_id(ref)
+            existing = self._sequences.get(ident)
+            if existing is not None:
+                return existing, False
+            sequence = Sequence(ident, ref, spec, now_micros())
+            self._sequences[ident] = sequence
+            write_json(self._sequences_path, [s.to_json() for s in self._sequences.values()])
+            return sequence, True
+
+    # -- revisions ----------------------------------------------------------------------------
+
+    def latest(self, sequence: str) -> WindowRevision | None:
+        return self._latest.get(sequence)
+
+    def emitted(self, sequence: str) -> int:
+        return self._emitted.get(sequence, 0)
+
+    def by_uuid(self, revision_uuid: str) -> WindowRevision | None:
+        return self._by_uuid.get(revision_uuid)
+
+    def revisions(self, sequence: str | None = None) -> list[WindowRevision]:
+        """Every materialized window (of one sequence), in order. Reads the file: for tests/tools."""
+        if not self._revisions_path.exists():
+            return []
+        result = []
+        for line in self._revisions_path.read_text().splitlines():
+            revision = WindowRevision.from_json(json.loads(line))
+            if revision.index < self.state.next_index.get(revision.sequence, 0) and (
+                sequence is None or revision.sequence == sequence
+            ):
+                result.append(revision)
+        return result
+
+    def wait_for_window(self, sequence: str, after: int, timeout: float) -> WindowRevision | None:
+        """The latest window of ``sequence`` with index ≥ ``after``, waiting up to ``timeout`` s."""
+        def ready() -> bool:
+            latest = self._latest.get(sequence)
+            return latest is not None and latest.index >= after
+        with self._changed:
+            self._changed.wait_for(ready, timeout)
+            latest = self._latest.get(sequence)
+            return latest if latest is not None and latest.index >= after else None
+
+    def commit(self, batch: int, revisions: list[WindowRevision], state: PipelineState) -> bool:
+        """Materialize ``revisions`` and record ``state`` as of Spark batch ``batch``.
+
+        Idempotent: a batch at or before the recorded one is ignored (replay after a crash).
+        Revisions are appended first, then the state that counts them; a crash in between leaves
+        lines that the next start ignores and the replayed batch writes again."""
+        with self._changed:
+            if batch <= self.state.batch:
+                return False
+            if revisions:
+                with self._revisions_path.open("a", encoding="utf-8") as out:
+                    out.write("".join(json.dumps(r.to_json()) + "\n" for r in revisions))
+                    out.flush()
+                    os.fsync(out.fileno())
+            state.batch = batch
+            write_json(self._state_path, state.to_json())
+            self.state = state
+            for revision in revisions:
+                self._remember(revision)
+            self._changed.notify_all()
+            return True
+
+
+def new_revision(sequence: str, index: int, start: int, end: int, runs: Runs) -> WindowRevision:
+    return WindowRevision(sequence, index, start, end, runs, now_micros(), str(uuid.uuid4()))
+

@@ -1,0 +1,319 @@
+"""The ``element_log`` Spark source (exactly once across batches and restarts) and window assignment.
+
+One Spark session for the module: starting one costs 5–15 s on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+
+from concentrator.assignment import assign_one, assign_windows  # noqa: E402
+from concentrator.element_source import (  # noqa: E402
+    SCHEMA,
+    ElementLogReader,
+    LogSlice,
+    start_element_pipeline,
+    stop_element_pipeline,
+)
+from concentrator.spark import SparkSettings, spark_session  # noqa: E402
+
+T0 = 1_466_416_800_000_000  # 2016-06-20T10:00:00Z in µs
+S = 1_000_000
+M = 60 * S
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = spark_session(SparkSettings(app_name="test-spark-source"))
+    yield session
+    session.stop()
+
+
+# ------------------------------------------------------------------------------------------- log helpers
+
+
+def element(o: int, t: int) -> dict[str, object]:
+    return {"o": o, "t": t, "g": f"urn:g:{o}", "u": f"u-{o}", "c": t + 1}
+
+
+def append(root: Path, stream: str, *records: dict[str, object], partial: str = "") -> None:
+    (root / stream).mkdir(parents=True, exist_ok=True)
+    with open(root / stream / "log.jsonl", "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records) + partial)
+
+
+# ------------------------------------------------------------------------- offsets, without Spark running
+
+
+def test_offsets_stop_at_the_last_complete_line(tmp_path: Path) -> None:
+    append(tmp_path, "a", element(1, T0), {"p": T0 + S, "c": 1}, partial='{"o": 2, "t"')
+    (tmp_path / "empty-dir").mkdir()  # no log yet: not a stream
+    reader = ElementLogReader(tmp_path)
+    assert reader.initialOffset() == {"a": 0}
+    end = reader.latestOffset({"a": 0}, None)  # type: ignore[arg-type]
+    assert end == {"a": (tmp_path / "a" / "log.jsonl").read_bytes().rindex(b"\n") + 1}
+    assert ElementLogReader(tmp_path, "latest").initialOffset() == end
+    rows = [row for batch in reader.read(reader.partitions({}, end)[0]) for row in batch.to_pylist()]
+    second = (tmp_path / "a" / "log.jsonl").read_bytes().index(b"\n") + 1
+    found = [(r["kind"], r["ordinal"], r["position"]) for r in rows]
+    assert found == [("element", 1, 0), ("punctuation", None, second)]
+    assert rows[1]["time"] == datetime(2016, 6, 20, 10, 0, 1, tzinfo=UTC)
+
+
+def test_deleted_stream_reads_nothing_and_leaves_the_offsets(tmp_path: Path) -> None:
+    append(tmp_path, "a", element(1, T0))
+    append(tmp_path, "b", element(1, T0))
+    reader = ElementLogReader(tmp_path)
+    end = reader.latestOffset({}, None)  # type: ignore[arg-type]
+    slices = reader.partitions({}, end)
+    shutil.rmtree(tmp_path / "b")  # between latestOffset and read
+    assert [len(list(reader.read(s))) for s in slices] == [1, 0]
+    assert list(reader.latestOffset(end, None)) == ["a"]  # type: ignore[arg-type]
+    assert list(reader.read(LogSlice("x", str(tmp_path / "x" / "log.jsonl"), 0, 10))) == []
+
+
+# ---------------------------------------------------------------------------------- the streaming source
+
+
+class Collector:
+    """on_batch that remembers every row it saw, with its batch id."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, str, str, int | None, int]] = []
+        self.batches: list[int] = []
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self.batches.append(batch_id)
+        for r in df.collect():
+            self.rows.append((batch_id, r.stream, r.kind, r.ordinal, r.position))
+
+    def seen(self) -> list[tuple[str, str, int | None]]:
+        return sorted((s, k, o) for _, s, k, o, _ in self.rows)
+
+
+def test_source_exactly_once_across_batches_and_restart(spark: SparkSession, tmp_path: Path) -> None:
+    root, checkpoint = tmp_path / "streams", tmp_path / "checkpoint"
+    append(root, "a", element(1, T0), element(2, T0 + S), partial='{"o": 3, "t": ')
+    got = Collector()
+    query = start_element_pipeline(spark, root, checkpoint, got)
+    try:
+        query.processAllAvailable()
+        assert got.seen() == [("a", "element", 1), ("a", "element", 2)]  # not the partial line
+        # batch 2: the partial line completes, and a stream appears after the start
+        with open(root / "a" / "log.jsonl", "a") as f:
+            f.write(f'{T0 + 2 * S}, "g": "urn:g:3", "u": "u-3", "c": 0}}\n')
+        append(root, "b", element(1, T0), {"r": "seq-1", "c": 0})
+        query.processAllAvailable()
+        # batch 3: both grow; punctuation
+        append(root, "a", element(4, T0 + 3 * S), {"p": T0 + 4 * S, "c": 0})
+        append(root, "b", element(2, T0 + S))
+        query.processAllAvailable()
+    finally:
+        assert stop_element_pipeline(query, checkpoint)
+    assert len(set(got.batches)) >= 3
+    assert got.seen() == [
+        ("a", "element", 1), ("a", "element", 2), ("a", "element", 3), ("a", "element", 4),
+        ("a", "punctuation", None),
+        ("b", "element", 1), ("b", "element", 2), ("b", "registration", None),
+    ]  # fmt: skip
+    last_batch = max(got.batches)
+
+    # appended while stopped; then a restart from the checkpoint resumes after the last committed batch
+    append(root, "a", element(5, T0 + 5 * S))
+    append(root, "c", element(1, T0))
+    again = Collector()
+    query = start_element_pipeline(spark, root, checkpoint, again)
+    try:
+        query.processAllAvailable()
+    finally:
+        stop_element_pipeline(query, checkpoint)
+    assert again.seen() == [("a", "element", 5), ("c", "element", 1)]
+    assert min(again.batches) == last_batch + 1
+    positions = [(s, p) for _, s, _, _, p in got.rows + again.rows]
+    assert len(positions) == len(set(positions))
+
+
+# ---------------------------------------------------------------------------------------- window assignment
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Stand-in for ``sparql_ext.windowing.WindowSpec`` with the fields assignment reads."""
+
+    kind: str
+    backward: bool
+    origin: int | None
+    width: int
+    step: int
+    step_kind: str
+    first: int
+    count: int | None
+    anchor: int | None = None
+
+
+def at(h: int, m: int, s: int = 0, us: int = 0) -> int:
+    return T0 + ((h - 10) * 3600 + m * 60 + s) * S + us
+
+
+# Each case: its own stream, the elements (ordinal, µs), and the expected (k, ordinal) pairs worked by hand.
+CASES: list[tuple[str, Spec, list[tuple[int, int]], set[tuple[int, int]]]] = [
+    (
+        # [10:00+k, 10:05+k), k ≥ 0. 10:00 → starts in (9:55, 10:00] → k 0 only; 10:02:30 → (9:57:30, 10:02:30]
+        # → 0, 1, 2; 10:05 → (10:00, 10:05] → 1..5 (window 0 excludes its end); 10:07 → (10:02, 10:07] → 3..7
+        "forward-sliding",
+        Spec("time", False, at(10, 0), 5 * M, M, "time", 0, None),
+        [(1, at(10, 0)), (2, at(10, 2, 30)), (3, at(10, 5)), (4, at(10, 7))],
+        {(0, 1), (0, 2), (1, 2), (2, 2), (1, 3), (2, 3), (3, 3), (4, 3), (5, 3)}
+        | {(3, 4), (4, 4), (5, 4), (6, 4), (7, 4)},
+    ),
+    (
+        # (10:00+k−5, 10:00+k], k ≥ 1: element at t is in windows whose end is in [t, t+5m).
+        # 10:00 → ends 10:00..10:04 → k 0..4 → 1..4; 10:02:30 → ends 10:03..10:07 → 3..7;
+        # 10:05 → 10:05..10:09 → 5..9; 10:07 → 7..11
+        "backward-sliding",
+        Spec("time", True, at(10, 0), 5 * M, M, "time", 1, None),
+        [(1, at(10, 0)), (2, at(10, 2, 30)), (3, at(10, 5)), (4, at(10, 7))],
+        {(1, 1), (2, 1), (3, 1), (4, 1), (3, 2), (4, 2), (5, 2), (6, 2), (7, 2)}
+        | {(5, 3), (6, 3), (7, 3), (8, 3), (9, 3), (7, 4), (8, 4), (9, 4), (10, 4), (11, 4)},
+    ),
+    (
+        # [10:00+5k, 10:05+5k): k = ⌊(t − 10:00)/5m⌋; 9:59:59 is before t0 → k −1 → dropped (k ≥ 0)
+        "tumbling",
+        Spec("time", False, at(10, 0), 5 * M, 5 * M, "time", 0, None),
+        [(1, at(9, 59, 59)), (2, at(10, 0)), (3, at(10, 4, 59, 999_999)), (4, at(10, 5)), (5, at(10, 12))],
+        {(0, 2), (0, 3), (1, 4), (2, 5)},
+    ),
+    (
+        # [10:00+5k, 10:01+5k): 10:00 and 10:00:59.999999 in 0; 10:01 in the gap; 10:05:30 in 1; 10:09:59 gap
+        "gaps",
+        Spec("time", False, at(10, 0), M, 5 * M, "time", 0, None),
+        [(1, at(10, 0)), (2, at(10, 0, 59, 999_999)), (3, at(10, 1)), (4, at(10, 5, 30)), (5, at(10, 9, 59))],
+        {(0, 1), (0, 2), (1, 4)},
+    ),
+    (
+        # backward with gaps: (10:00+5k−1m, 10:00+5k], k ≥ 1 → window 1 = (10:04, 10:05]:
+        # 10:04 excluded, 10:04:00.000001 and 10:05 in, 10:05:00.000001 in the gap; 10:09:30 in window 2
+        "backward-gaps",
+        Spec("time", True, at(10, 0), M, 5 * M, "time", 1, None),
+        [(1, at(10, 4)), (2, at(10, 4, 0, 1)), (3, at(10, 5)), (4, at(10, 5, 0, 1)), (5, at(10, 9, 30))],
+        {(1, 2), (1, 3), (2, 5)},
+    ),
+    (
+        # ordinals [3+k, 12+k], k ≥ 0: o1, o2 precede window 0; o3 → k 0; o5 → 0..2; o13 → k with
+        # 3+k ≤ 13 ≤ 12+k → 1..10
+        "count",
+        Spec("count", False, 3, 10, 1, "count", 0, None),
+        [(1, at(10, 0)), (2, at(10, 1)), (3, at(10, 2)), (5, at(10, 3)), (13, at(10, 4))],
+        {(0, 3), (0, 5), (1, 5), (2, 5)} | {(k, 13) for k in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)},
+    ),
+    (
+        # o0 = −4 (HEAD~9 of a 5-element stream): windows [−4+k, 5+k] starting before ordinal 1 (k < 5) are
+        # skipped even though first = 0 here; o1 → k 5; o3 → starts 1..3 → k 5, 6, 7
+        "count-before-1",
+        Spec("count", False, -4, 10, 1, "count", 0, None),
+        [(1, at(10, 0)), (3, at(10, 1))],
+        {(5, 1), (5, 3), (6, 3), (7, 3)},
+    ),
+    (
+        # forward-sliding again, R3: only windows 0, 1, 2 → o1 {0}, o2 {0,1,2}, o3 {1,2}, o4 none
+        "count-limit",
+        Spec("time", False, at(10, 0), 5 * M, M, "time", 0, 3),
+        [(1, at(10, 0)), (2, at(10, 2, 30)), (3, at(10, 5)), (4, at(10, 7))],
+        {(0, 1), (0, 2), (1, 2), (2, 2), (1, 3), (2, 3)},
+    ),
+    (
+        # t0 = 10:00:07: [10:00:07+k, 10:05:07+k). 10:00:07 → 0; 10:01:06 → starts (9:56:06, 10:01:06] → 0;
+        # 10:01:07 → 0, 1; 10:05:07 → (10:00:07, 10:05:07] → 1..5; 10:06:07 → 2..6
+        "unaligned-t0",
+        Spec("time", False, at(10, 0, 7), 5 * M, M, "time", 0, None),
+        [(1, at(10, 0, 7)), (2, at(10, 1, 6)), (3, at(10, 1, 7)), (4, at(10, 5, 7)), (5, at(10, 6, 7))],
+        {(0, 1), (0, 2), (0, 3), (1, 3), (1, 4), (2, 4), (3, 4), (4, 4), (5, 4)}
+        | {(2, 5), (3, 5), (4, 5), (5, 5), (6, 5)},
+    ),
+    (
+        # t0 = 10:00:07 backward, k ≥ 1: (10:00:07+k−5m, 10:00:07+k]; 10:01:06 → ends in [10:01:06, 10:06:06)
+        # → 10:01:07..10:05:07 → 1..5; 10:01:08 → ends [10:01:08, 10:06:08) → 10:02:07..10:06:07 → 2..6
+        "unaligned-t0-backward",
+        Spec("time", True, at(10, 0, 7), 5 * M, M, "time", 1, None),
+        [(1, at(10, 1, 6)), (2, at(10, 1, 8))],
+        {(1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (2, 2), (3, 2), (4, 2), (5, 2), (6, 2)},
+    ),
+    (
+        # width 150 s not a multiple of step 60 s, t0 = 10:00:07: [t0+60k, t0+60k+150).
+        # t0+100 s → starts (t0−50, t0+100] → 0, 1; t0+130 s → (t0−20, t0+130] → 0, 1, 2
+        "width-not-multiple",
+        Spec("time", False, at(10, 0, 7), 150 * S, M, "time", 0, None),
+        [(1, at(10, 1, 47)), (2, at(10, 2, 17))],
+        {(0, 1), (1, 1), (0, 2), (1, 2), (2, 2)},
+    ),
+]
+
+
+def _batch(spark: SparkSession) -> DataFrame:
+    base = datetime(1970, 1, 1, tzinfo=UTC)
+    rows = [
+        (name, "element", o, base + timedelta(microseconds=t), None, None, None, 0, i)
+        for name, _, elements, _ in CASES
+        for i, (o, t) in enumerate(elements)
+    ]
+    rows.append(("forward-sliding", "punctuation", None, base + timedelta(microseconds=at(10, 3)), *[None] * 3, 0, 99))
+    rows.append(("elsewhere", "element", 1, base + timedelta(microseconds=at(10, 0)), *[None] * 3, 0, 0))
+    return spark.createDataFrame(rows, SCHEMA)
+
+
+@pytest.fixture(scope="module")
+def assigned(spark: SparkSession) -> dict[str, set[tuple[int, int]]]:
+    sequences = [(f"seq-{name}", name, spec) for name, spec, _, _ in CASES]
+    sequences.append(("pending", "forward-sliding", Spec("time", False, None, M, M, "time", 0, None)))
+    found: dict[str, set[tuple[int, int]]] = {}
+    for r in assign_windows(_batch(spark), sequences).collect():
+        assert r.sequence == f"seq-{r.stream}"
+        found.setdefault(r.stream, set()).add((r.k, r.ordinal))
+    return found
+
+
+@pytest.mark.parametrize("name", [case[0] for case in CASES])
+def test_assignment_by_hand(assigned: dict[str, set[tuple[int, int]]], name: str) -> None:
+    expected = next(case[3] for case in CASES if case[0] == name)
+    assert assigned.get(name, set()) == expected
+
+
+@pytest.mark.parametrize("name", [case[0] for case in CASES])
+def test_assignment_matches_reference(assigned: dict[str, set[tuple[int, int]]], name: str) -> None:
+    """Same windows as the pure-Python reference (DESIGN §4: both paths must agree)."""
+    windowing = pytest.importorskip("sparql_ext.windowing")
+    _, spec, elements, _ = next(case for case in CASES if case[0] == name)
+    index = windowing.ListIndex([])
+    expected = set()
+    for k in range(spec.first, spec.first + (spec.count or 20)):
+        start, end = windowing.bounds(spec, k, index)
+        for o, t in elements:
+            v = o if spec.kind == "count" else t
+            inside = start < v <= end if spec.backward else start <= v < end
+            if spec.kind == "count":
+                inside = start <= v <= end and start >= 1
+            if inside:
+                expected.add((k, o))
+    assert assigned.get(name, set()) == expected
+
+
+def test_time_width_with_count_step_is_left_to_the_caller(spark: SparkSession) -> None:
+    spec = Spec("time", False, T0, 5 * M, 10, "count", 0, None)
+    with pytest.raises(NotImplementedError, match="count step"):
+        assign_one(_batch(spark), "s", "a", spec)
+
+
+def test_no_sequences_gives_an_empty_frame(spark: SparkSession) -> None:
+    out = assign_windows(_batch(spark), [])
+    assert out.columns == ["sequence", "stream", "k", "ordinal", "time"] and out.count() == 0

@@ -7,6 +7,7 @@ that buffer whole bodies.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -15,8 +16,9 @@ from protocol import ServerConfig, create_app
 
 
 class _Gunicorn(BaseApplication):  # type: ignore[misc]
-    def __init__(self, config: ServerConfig, options: dict[str, Any]) -> None:
+    def __init__(self, config: ServerConfig, options: dict[str, Any], make_app: Callable[[ServerConfig], Any]) -> None:
         self._config = config
+        self._make_app = make_app
         self._options = options
         super().__init__()
 
@@ -25,10 +27,12 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
             self.cfg.set(key, value)
 
     def load(self) -> Any:
-        return create_app(self._config)
+        # Called in the worker process, after the fork: the stores and Spark's JVM belong to it.
+        return self._make_app(self._config)
 
 
-def serve(config: ServerConfig, host: str, port: int, threads: int = 16) -> None:
+def serve(config: ServerConfig, host: str, port: int, threads: int = 16,
+          make_app: Callable[[ServerConfig], Any] = create_app) -> None:
     _Gunicorn(config, {
         "bind": f"{host}:{port}",
         "workers": 1,
@@ -38,4 +42,4 @@ def serve(config: ServerConfig, host: str, port: int, threads: int = 16) -> None
         "graceful_timeout": 10,
         "accesslog": "-",
         "loglevel": "info",
-    }).run()
+    }, make_app).run()

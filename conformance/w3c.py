@@ -17,11 +17,7 @@ import contextlib
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -38,7 +34,9 @@ from rdflib.compare import isomorphic
 from rdflib.namespace import RDF, RDFS
 from rdflib.term import Node
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from conformance import server  # noqa: E402
+
+REPO_ROOT = server.REPO_ROOT
 DEFAULT_TESTS_DIR = (
     REPO_ROOT.parent / "shared" / "conformance" / "w3c-rdf-tests" / "sparql" / "sparql11"
 )
@@ -574,61 +572,11 @@ def _totals(results: Sequence[TestResult]) -> list[str]:
 # --------------------------------------------------------------------------- server
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def running_server(timeout: float = STARTUP_TIMEOUT) -> Iterator[str]:
     """Start ``python -m concentrator serve`` on a fresh data directory; yield its base URL."""
-    with tempfile.TemporaryDirectory(prefix="w3c-conformance-", ignore_cleanup_errors=True) as tmp:
-        data_dir = Path(tmp) / "data"
-        data_dir.mkdir()
-        port = free_port()
-        command = [sys.executable, "-m", "concentrator", "serve", "--data", str(data_dir)]
-        command += ["--host", "127.0.0.1", "--port", str(port)]
-        log_path = Path(tmp) / "server.log"
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=log)
-            try:
-                base_url = f"http://127.0.0.1:{port}"
-                _wait_until_ready(process, base_url, timeout, log_path)
-                yield base_url
-            finally:
-                _stop(process)
-
-
-def _wait_until_ready(
-    process: subprocess.Popen[bytes], base_url: str, timeout: float, log_path: Path
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with code {process.returncode}:\n{_tail(log_path)}")
-        try:
-            requests.get(base_url + "/status", timeout=2)
-            return
-        except requests.RequestException:
-            time.sleep(0.2)
-    raise TimeoutError(f"server did not answer GET /status in {timeout:g} s:\n{_tail(log_path)}")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    text = path.read_text("utf-8", errors="replace") if path.exists() else ""
-    return "\n".join(text.splitlines()[-lines:])
+    with server.running_server(timeout=timeout) as running:
+        yield running.url
 
 
 def main(argv: Sequence[str] | None = None) -> int:

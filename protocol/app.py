@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from flask import Flask
 
-from protocol import gsp, sparql, status
+from protocol import gsp, sparql, status, streams
 from protocol.errors import register_error_handlers
 from store import RevisionedDataset
+from store.streams import StreamCatalog
 
 
 @dataclass(frozen=True)
@@ -20,12 +22,17 @@ class ServerConfig:
     in_memory: bool = False  # tests only: the store lives in memory, its history on disk
 
 
-def create_app(config: ServerConfig, dataset: RevisionedDataset | None = None) -> Flask:
+def create_app(config: ServerConfig, dataset: RevisionedDataset | None = None,
+               streams_catalog: StreamCatalog | None = None,
+               pipeline_status: Callable[[], dict[str, object]] | None = None) -> Flask:
     app = Flask("concentrator")
     app.config["CONCENTRATOR"] = config
     app.extensions["dataset"] = dataset or RevisionedDataset(
         config.data_dir, in_memory=config.in_memory, retention=config.retention)
-    for blueprint in (sparql.bp, gsp.bp, status.bp):
+    app.extensions["streams"] = streams_catalog or StreamCatalog(
+        config.data_dir / "streams", in_memory=config.in_memory)
+    app.extensions["pipeline_status"] = pipeline_status or (lambda: {"state": "not running"})
+    for blueprint in (sparql.bp, gsp.bp, status.bp, streams.bp):
         app.register_blueprint(blueprint)
     register_error_handlers(app)
     return app

@@ -23,9 +23,10 @@ class HttpProblem(Exception):
 
     code = 400
 
-    def __init__(self, message: str, code: int | None = None) -> None:
+    def __init__(self, message: str, code: int | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.headers = headers or {}
         if code is not None:
             self.code = code
 
@@ -53,7 +54,9 @@ def _plain(message: str, code: int) -> Response:
 def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(HttpProblem)
     def _problem(error: HttpProblem) -> Response:
-        return _plain(error.message, error.code)
+        response = _plain(error.message, error.code)
+        response.headers.update(error.headers)
+        return response
 
     @app.errorhandler(StoreError)
     def _store(error: StoreError) -> Response:

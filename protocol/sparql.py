@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass, field
+from typing import IO, Any
 
 from flask import Blueprint, Response, current_app, request
-from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples
+from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples, Store
 from werkzeug.datastructures import MultiDict
 
 from protocol.bodies import revision_parameter, text_body
@@ -105,31 +106,38 @@ def evaluate_query(operation: SparqlRequest) -> Response:
     named_graphs = _iris(operation.named_graphs, "named-graph-uri") or None
     if named_graphs is not None and default_graph is None:
         default_graph = []  # the protocol dataset replaces the store's: an empty default graph
-    accept = request.headers.get("Accept")
-    spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
     with dataset.reading(ordinal) as store:
-        try:
-            result = store.query(operation.text, base_iri=request.base_url,
-                                 default_graph=default_graph, named_graphs=named_graphs)
-            if isinstance(result, QueryTriples):
-                mimetype = best_media_type(accept, list(GRAPH_FORMATS))
-                if mimetype is None:
-                    raise NotAcceptable("CONSTRUCT/DESCRIBE results are available as: "
-                                        + ", ".join(GRAPH_FORMATS))
-                result.serialize(spool, GRAPH_FORMATS[mimetype])
-            else:
-                assert isinstance(result, QuerySolutions | QueryBoolean)
-                mimetype = best_media_type(accept, list(RESULTS_FORMATS))
-                if mimetype is None:
-                    raise NotAcceptable("SELECT/ASK results are available as: "
-                                        + ", ".join(RESULTS_FORMATS))
-                result.serialize(spool, RESULTS_FORMATS[mimetype])
-        except SyntaxError as error:
-            raise QueryFailed.from_pyoxigraph("query is not valid SPARQL 1.1", error) from None
-        except (OSError, RuntimeError, ValueError) as error:
-            raise QueryFailed(f"query evaluation failed: {error}") from None
+        spool, mimetype = run_query(store, operation.text, default_graph, named_graphs)
     headers = {}
     revision = dataset.revision(ordinal if ordinal is not None else dataset.head)
     if revision is not None:
         headers = revision_headers(revision)
     return spooled_response(spool, mimetype, headers)
+
+
+def run_query(store: Store, text: str, default_graph: list[Any] | None,
+              named_graphs: list[Any] | None) -> tuple[IO[bytes], str]:
+    """Evaluate a query and serialize its result in the format the request's Accept prefers.
+
+    The result is computed completely before anything is sent, so an evaluation error is a 4xx."""
+    accept = request.headers.get("Accept")
+    spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
+    try:
+        result = store.query(text, base_iri=request.base_url,
+                             default_graph=default_graph, named_graphs=named_graphs)
+        if isinstance(result, QueryTriples):
+            mimetype = best_media_type(accept, list(GRAPH_FORMATS))
+            if mimetype is None:
+                raise NotAcceptable("CONSTRUCT/DESCRIBE results are available as: " + ", ".join(GRAPH_FORMATS))
+            result.serialize(spool, GRAPH_FORMATS[mimetype])
+        else:
+            assert isinstance(result, QuerySolutions | QueryBoolean)
+            mimetype = best_media_type(accept, list(RESULTS_FORMATS))
+            if mimetype is None:
+                raise NotAcceptable("SELECT/ASK results are available as: " + ", ".join(RESULTS_FORMATS))
+            result.serialize(spool, RESULTS_FORMATS[mimetype])
+    except SyntaxError as error:
+        raise QueryFailed.from_pyoxigraph("query is not valid SPARQL 1.1", error) from None
+    except (OSError, RuntimeError, ValueError) as error:
+        raise QueryFailed(f"query evaluation failed: {error}") from None
+    return spool, mimetype

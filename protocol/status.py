@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, jsonify
 
+from store.stream import Stream, format_micros
+
 bp = Blueprint("status", __name__)
 
 
 @bp.route("/status", methods=["GET"])
 def status() -> Response:
     dataset = current_app.extensions["dataset"]
+    catalog = current_app.extensions["streams"]
     head = dataset.revision(dataset.head)
     return jsonify({
         "dataset": {
@@ -17,4 +20,17 @@ def status() -> Response:
             "revisions": dataset.head,
             "oldest_readable_revision": dataset.oldest_readable,
         },
+        "streams": {name: _stream_status(catalog.get(name)) for name in catalog.names()},
+        "pipeline": current_app.extensions["pipeline_status"](),
     })
+
+
+def _stream_status(stream: Stream) -> dict[str, object]:
+    return {
+        "elements": len(stream), "head": stream.head() if len(stream) else 0,
+        "stream_time": None if stream.stream_time is None else format_micros(stream.stream_time),
+        "rate_per_second": stream.rate(60_000_000),
+        "sequences": {s.ref: {"windows_emitted": stream.windows.emitted(s.id),
+                              "next_window": stream.windows.state.next_index.get(s.id)}
+                      for s in stream.windows.sequences()},
+    }

@@ -211,6 +211,12 @@ class Stream:
         hi = bisect.bisect_right(times, end) if backward else bisect.bisect_left(times, end)
         return [Element(self.first_ordinal + i, times[i]) for i in range(lo, hi)]
 
+    def rate(self, period: int) -> float:
+        """Elements committed per second over the last ``period`` µs."""
+        since = now_micros() - period
+        recent = len(self._commits) - bisect.bisect_left(self._commits, since)
+        return round(recent / (period / 1_000_000), 3)
+
     def wait_for(self, predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
         """Block until ``predicate()`` holds after a commit, or ``timeout`` seconds pass."""
         with self._changed:

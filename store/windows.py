@@ -84,17 +84,21 @@ class PipelineState:
     open: dict[str, dict[int, list[list[int]]]] = field(default_factory=dict)  # sequence -> k -> runs
     next_index: dict[str, int] = field(default_factory=dict)  # sequence -> next window to materialize
     origins: dict[str, int] = field(default_factory=dict)  # sequence -> t0 bound after registration
+    # The pipeline's own view of the log, so that a replayed batch decides exactly as the first run did
+    # (the stream index may be ahead of what the pipeline has read):
+    stream_time: int | None = None  # max element timestamp or punctuation read so far, µs
+    seen: int = 0  # last element ordinal read so far (count windows complete against it)
 
     def to_json(self) -> dict[str, object]:
         return {"batch": self.batch, "watermark": self.watermark, "next_index": self.next_index,
-                "origins": self.origins,
+                "origins": self.origins, "stream_time": self.stream_time, "seen": self.seen,
                 "open": {seq: {str(k): runs for k, runs in ws.items()} for seq, ws in self.open.items()}}
 
     @classmethod
     def from_json(cls, data: dict) -> PipelineState:  # type: ignore[type-arg]
         opened = {seq: {int(k): runs for k, runs in ws.items()} for seq, ws in data.get("open", {}).items()}
         return cls(data["batch"], data.get("watermark"), opened, data.get("next_index", {}),
-                   data.get("origins", {}))
+                   data.get("origins", {}), data.get("stream_time"), data.get("seen", 0))
 
 
 def sequence_id(ref: str) -> str:

@@ -1,0 +1,87 @@
+"""Starting the real server (``python -m concentrator serve``) on 127.0.0.1 for tests, conformance
+runs and benchmarks: one helper instead of one per caller."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+STARTUP_TIMEOUT = 90.0
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    url: str
+    data_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    def log_tail(self, lines: int = 40) -> str:
+        return tail(self.log_path, lines)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_server(args: Sequence[str] = (), *, data_dir: Path | None = None,
+                   timeout: float = STARTUP_TIMEOUT, ready_path: str = "/status") -> Iterator[RunningServer]:
+    """Start the server on a fresh (or the given) data directory; yield it; stop it."""
+    with tempfile.TemporaryDirectory(prefix="concentrator-", ignore_cleanup_errors=True) as tmp:
+        data = data_dir or Path(tmp) / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        command = [sys.executable, "-m", "concentrator", "serve", "--data", str(data),
+                   "--host", "127.0.0.1", "--port", str(port), *args]
+        log_path = Path(tmp) / "server.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=log)
+            server = RunningServer(f"http://127.0.0.1:{port}", data, log_path, process)
+            try:
+                _wait_until_ready(server, timeout, ready_path)
+                yield server
+            finally:
+                stop(process)
+
+
+def _wait_until_ready(server: RunningServer, timeout: float, ready_path: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"server exited with code {server.process.returncode}:\n{server.log_tail()}")
+        try:
+            if requests.get(server.url + ready_path, timeout=2).ok:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"server did not answer GET {ready_path} in {timeout:g} s:\n{server.log_tail()}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    text = path.read_text("utf-8", errors="replace") if path.exists() else ""
+    return "\n".join(text.splitlines()[-lines:])

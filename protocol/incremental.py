@@ -1,0 +1,65 @@
+"""Reading a request body as its bytes arrive, so an element is committed before the upload ends.
+
+A WSGI input's ``read(n)`` blocks until n bytes (or the end) have arrived; a parser asking for 8 KiB
+would hold a sensor's 300-byte elements back until 8 KiB more came. gunicorn exposes no public
+"read what is there" call, so for its chunked bodies we take the chunk data its chunk parser yields,
+piece by piece (the attributes used are checked, and anything else falls back to plain reads).
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+
+class AvailableReader:
+    """A file-like object whose ``read(n)`` returns as soon as any body bytes are available."""
+
+    def __init__(self, body: Any) -> None:
+        self._body = body
+        reader = getattr(body, "reader", None)
+        parser = getattr(reader, "parser", None)
+        usable = hasattr(body, "buf") and hasattr(reader, "buf") and parser is not None and hasattr(parser, "__next__")
+        self._chunked = reader if usable else None
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            size = 1 << 16
+        chunked = self._chunked
+        if chunked is None:
+            return self._body.read(size)  # type: ignore[no-any-return]
+        for buffered in (self._body, chunked):  # bytes already read ahead by gunicorn come first
+            if buffered.buf.tell():
+                data = buffered.buf.getvalue()
+                buffered.buf.seek(0)
+                buffered.buf.truncate()
+                if len(data) > size:
+                    buffered.buf.write(data[size:])
+                return data[:size]  # type: ignore[no-any-return]
+        if chunked.parser is None:
+            return b""
+        try:
+            data = next(chunked.parser)
+        except StopIteration:
+            chunked.parser = None
+            return b""
+        if len(data) > size:
+            chunked.buf.write(data[size:])
+        return data[:size]  # type: ignore[no-any-return]
+
+    def readable(self) -> bool:
+        return True
+
+
+def available_reader(environ: dict[str, Any]) -> IO[bytes]:
+    return AvailableReader(environ["wsgi.input"])  # type: ignore[return-value]
+
+
+def drain(stream: IO[bytes], limit: int = 16 << 20) -> None:
+    """Read and discard what remains of a refused upload (up to ``limit`` bytes), so the client,
+    still sending, reads our answer instead of a reset connection."""
+    left = limit
+    while left > 0:
+        data = stream.read(min(left, 1 << 16))
+        if not data:
+            return
+        left -= len(data)

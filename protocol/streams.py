@@ -1,0 +1,349 @@
+"""Streams over HTTP: ``/streams/{name}`` (configure, describe, upload) and its windowed IRIs
+``/streams/{name}?WINDOWS=<WindowRef>`` (the window dataset, or the SPARQL Protocol over it)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+
+from flask import Blueprint, Response, current_app, jsonify, request
+from pyoxigraph import NamedNode, RdfFormat, serialize
+
+from protocol.bodies import revision_parameter, text_body
+from protocol.errors import BadRequest, HttpProblem, NotAcceptable, UnsupportedMediaType
+from protocol.incremental import available_reader, drain
+from protocol.negotiation import BODY_FORMATS, DATASET_FORMATS, best_media_type, body_media_type, is_utf8
+from protocol.responses import empty_response, spooled_response
+from protocol.sparql import FORM, run_query
+from protocol.stream_params import (
+    duration_micros,
+    is_service_identification,
+    timeout_seconds,
+    windowed_params,
+)
+from sparql_ext import Head, Instant, Ordinal, RevisionId, parse_revision
+from sparql_ext.windowing import WindowNotResolvable, is_complete, resolve, to_micros, window
+from sparql_ext.windowref import parse_window_ref
+from store import StoreError
+from store.elements import ElementFramer, single_element
+from store.errors import RevisionNotFound, WindowNotComplete
+from store.stream import Stream, StreamConfig, format_micros, now_micros
+from store.streams import StreamCatalog
+
+bp = Blueprint("streams", __name__)
+
+DEFAULT_TIMEOUT = 30.0  # seconds a request waits for a window that is not complete yet
+SD_ENDPOINT = "http://www.w3.org/ns/sparql-service-description#endpoint"
+
+
+def _catalog() -> StreamCatalog:
+    return current_app.extensions["streams"]  # type: ignore[no-any-return]
+
+
+@dataclass
+class SelectedWindow:
+    """The elements a windowed IRI denotes, and headers that say which window they are."""
+
+    ordinals: list[int]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@bp.route("/streams", methods=["GET"])
+def list_streams() -> Response:
+    return jsonify({"streams": [_describe(_catalog().get(name)) for name in _catalog().names()]})
+
+
+@bp.route("/streams/<name>", methods=["GET", "HEAD", "PUT", "POST", "DELETE"])
+def stream_resource(name: str) -> Response:
+    if request.method == "PUT":
+        return _put(name)
+    if request.method == "DELETE":
+        _catalog().delete(name)
+        return empty_response(204, {})
+    stream = _catalog().get(name)
+    params = windowed_params(request.args.getlist("WINDOWS"))
+    query = _query_text(params.extra)
+    if query is not None:
+        return _query(stream, params.windows, query)
+    if request.method == "POST":
+        if params.windows is not None:
+            raise BadRequest("a POST to a windowed IRI must carry a SPARQL query; upload elements to the "
+                             "stream IRI itself (without WINDOWS)")
+        return _upload(stream)
+    if is_service_identification(request.headers.get("User-Agent"), has_query=False):
+        return _service_description()
+    if params.windows is None:
+        if best_media_type(request.headers.get("Accept"), ["application/json", *DATASET_FORMATS]) in DATASET_FORMATS:
+            return _dataset_response(stream, _revision_ordinals(stream), {})
+        return jsonify(_describe(stream))
+    selected = _select_window(stream, params.windows)
+    return _dataset_response(stream, selected.ordinals, selected.headers)
+
+
+# -- configuration and description -----------------------------------------------------------
+
+def _put(name: str) -> Response:
+    options: dict[str, object] = {}
+    mimetype, _ = body_media_type(request.headers.get("Content-Type"))
+    if mimetype == "application/json":
+        try:
+            options.update(json.loads(text_body("configuration") or "{}"))
+        except ValueError as error:
+            raise BadRequest(f"the stream configuration is not JSON: {error}") from None
+    for key in ("timestamp-predicate", "lateness", "retention"):
+        if key in request.args:
+            options[key] = request.args[key]
+    if "alias" in request.args:
+        options["alias"] = request.args.getlist("alias")
+    unknown = set(options) - {"timestamp-predicate", "lateness", "retention", "alias"}
+    if unknown:
+        raise BadRequest(f"unknown stream setting(s) {sorted(unknown)}: use timestamp-predicate, lateness, "
+                         "retention, alias")
+    config = StreamConfig(name)
+    if "timestamp-predicate" in options:
+        config.timestamp_predicate = _iri(str(options["timestamp-predicate"]), "timestamp-predicate")
+    if "lateness" in options:
+        config.lateness = duration_micros(str(options["lateness"]), "lateness")
+    if "retention" in options:
+        config.retention = duration_micros(str(options["retention"]), "retention")
+    aliases = options.get("alias", [])
+    config.aliases = [_iri(str(a), "alias") for a in (aliases if isinstance(aliases, list) else [aliases])]
+    _, created = _catalog().put(config)
+    return empty_response(201 if created else 204, {"Location": request.base_url})
+
+
+def _describe(stream: Stream) -> dict[str, object]:
+    head = stream.head()
+    record = stream.record(head) if len(stream) else None
+    config = stream.config
+    return {
+        "name": config.name,
+        "iri": request.host_url.rstrip("/") + "/streams/" + config.name,
+        "timestamp_predicate": config.timestamp_predicate,
+        "lateness_us": config.lateness,
+        "retention_us": config.retention,
+        "aliases": config.aliases,
+        "elements": len(stream),
+        "first_ordinal": stream.first_ordinal if len(stream) else None,
+        "head": None if record is None else {
+            "ordinal": record.ordinal, "time": format_micros(record.time), "graph": record.graph,
+            "revision_id": str(stream.uuid_of(record.ordinal)), "committed": format_micros(record.commit),
+        },
+        "stream_time": None if stream.stream_time is None else format_micros(stream.stream_time),
+        "punctuations": stream.punctuations,
+        "rate_per_second": stream.rate(60_000_000),
+        "sequences": [_describe_sequence(stream, s.id) for s in stream.windows.sequences()],
+    }
+
+
+def _describe_sequence(stream: Stream, ident: str) -> dict[str, object]:
+    sequence = stream.windows.sequence(ident)
+    latest = stream.windows.latest(ident)
+    assert sequence is not None
+    return {
+        "id": ident, "ref": sequence.ref, "windows_emitted": stream.windows.emitted(ident),
+        "latest": None if latest is None else {
+            "index": latest.index, "start": latest.start, "end": latest.end, "elements": latest.count,
+            "revision_id": latest.uuid, "committed": format_micros(latest.commit),
+        },
+    }
+
+
+def _service_description() -> Response:
+    body = f"[] a <http://www.w3.org/ns/sparql-service-description#Service> ; <{SD_ENDPOINT}> <{request.url}> .\n"
+    return Response(body, mimetype="text/turtle")
+
+
+# -- upload ------------------------------------------------------------------------------------
+
+def _upload(stream: Stream) -> Response:
+    punctuation = request.args.get("punctuation")
+    if punctuation is not None:
+        stream.punctuate(now_micros() if punctuation == "now" else _instant(punctuation, "punctuation"))
+        stream.flush()
+        return _upload_answer(stream, 0, None, None)
+    mimetype, options = body_media_type(request.headers.get("Content-Type"))
+    if mimetype not in BODY_FORMATS or BODY_FORMATS[mimetype] not in _STREAM_FORMATS:
+        raise UnsupportedMediaType(
+            f"Content-Type {mimetype or '(none)'!r} is not a stream upload: send application/trig or "
+            "application/n-quads (each named graph one element), or text/turtle or application/n-triples "
+            "(the whole body one element)")
+    if not is_utf8(options):
+        raise UnsupportedMediaType(f"charset {options['charset']!r} is not supported: send UTF-8")
+    rdf_format = BODY_FORMATS[mimetype]
+    reader = available_reader(request.environ)
+    if rdf_format in (RdfFormat.TURTLE, RdfFormat.N_TRIPLES):
+        graph = _iri(request.args["graph"], "graph") if "graph" in request.args else f"urn:uuid:{uuid.uuid4()}"
+        time = _instant(request.args["timestamp"], "timestamp") if "timestamp" in request.args else None
+        element = single_element(reader, rdf_format, NamedNode(graph), time, base_iri=request.base_url)
+        ordinal = stream.accept(element, now_micros())
+        stream.flush()
+        return _upload_answer(stream, 1, ordinal, ordinal)
+    framer = ElementFramer(reader, rdf_format, stream.config.timestamp_predicate, base_iri=request.base_url,
+                           first_ordinal=stream.head() + 1)
+    committed = 0
+    first: int | None = None
+    last: int | None = None
+    try:
+        for element in framer:
+            ordinal = stream.accept(element, now_micros())
+            if ordinal is not None:
+                committed += 1
+                first = ordinal if first is None else first
+                last = ordinal
+    except StoreError as error:
+        stream.flush()
+        drain(reader)
+        span = f" (ordinals {first}–{last})" if first is not None else ""
+        raise HttpProblem(
+            f"{error.message}\nThe upload stopped there: {committed} element(s) of it before that one were "
+            f"committed{span}; nothing of that element or of what followed it was stored. The stream's HEAD "
+            f"is ordinal {stream.head()}.",
+            error.status_hint,
+            {"Elements-Committed": str(committed), "Connection": "close",
+             **({"Revision-Ordinal": str(last)} if last is not None else {})},
+        ) from None
+    stream.flush()
+    return _upload_answer(stream, committed, first, last)
+
+
+_STREAM_FORMATS = (RdfFormat.TRIG, RdfFormat.N_QUADS, RdfFormat.TURTLE, RdfFormat.N_TRIPLES)
+
+
+def _upload_answer(stream: Stream, committed: int, first: int | None, last: int | None) -> Response:
+    head = stream.head()
+    body = {
+        "committed": committed, "first_ordinal": first, "last_ordinal": last, "head": head if len(stream) else 0,
+        "stream_time": None if stream.stream_time is None else format_micros(stream.stream_time),
+    }
+    headers = {"Revision-Ordinal": str(head), "Revision-Id": str(stream.uuid_of(head))} if len(stream) else {}
+    response = jsonify(body)
+    response.headers.update(headers)
+    return response
+
+
+# -- windows -----------------------------------------------------------------------------------
+
+def _select_window(stream: Stream, text: str) -> SelectedWindow:
+    """The elements of a windowed IRI: a one-shot window from the timestamp index (waiting for a
+    prospective one to complete), or the latest complete window of a repeating sequence."""
+    ref = parse_window_ref(text)
+    timeout = timeout_seconds(request.args.get("timeout"), DEFAULT_TIMEOUT)
+    if ref.repeating:
+        canonical = str(ref)
+        sequence = stream.windows.find(canonical) or stream.register(canonical, resolve(ref, stream))
+        revision = stream.windows.latest(sequence.id) or stream.windows.wait_for_window(sequence.id, 0, timeout)
+        if revision is None:
+            raise WindowNotComplete(
+                f"WINDOWS={text}: no window of this sequence has completed within {timeout:g} s (it is registered "
+                "and will materialize as stream time passes; retry, raise timeout=, or punctuate the stream)")
+        return SelectedWindow(list(revision.ordinals()), {
+            "Window-Index": str(revision.index), "Window-Id": revision.uuid,
+            **_bounds_headers(sequence.spec.kind, revision.start, revision.end)})
+    spec = resolve(ref, stream)
+    k = spec.first
+
+    def complete() -> bool:
+        return is_complete(spec, k, stream, _watermark(stream))
+
+    if not complete() and not stream.wait_for(complete, timeout):
+        raise WindowNotComplete(
+            f"WINDOWS={text}: the window is not complete after {timeout:g} s: stream time has not reached its end "
+            "(send later elements or a punctuation, or raise timeout=)")
+    selected = window(spec, k, stream)
+    if selected is None:
+        raise WindowNotResolvable(f"WINDOWS={text}: the window's anchor element is not in the stream")
+    return SelectedWindow(list(selected.elements), _bounds_headers(spec.kind, selected.start, selected.end))
+
+
+def _watermark(stream: Stream) -> int | None:
+    return None if stream.stream_time is None else stream.stream_time - stream.config.lateness
+
+
+def _bounds_headers(kind: str, start: int, end: int) -> dict[str, str]:
+    if kind == "count":
+        return {"Window-Start": f"element {start}", "Window-End": f"element {end}"}
+    return {"Window-Start": format_micros(start), "Window-End": format_micros(end)}
+
+
+def _revision_ordinals(stream: Stream) -> list[int]:
+    """The stream as a dataset at ``revision-id`` (default HEAD): its retained elements up to it."""
+    text = revision_parameter()
+    last = stream.head()
+    if text is not None:
+        designator = parse_revision(text)
+        found: int | None
+        if isinstance(designator, Head):
+            found = stream.head() - designator.back
+        elif isinstance(designator, Ordinal):
+            found = designator.number if designator.number <= stream.head() else None
+        elif isinstance(designator, RevisionId):
+            found = stream.ordinal_of(designator.uuid)
+        else:
+            assert isinstance(designator, Instant)
+            found = stream.last_at_or_before(_micros(designator))
+        if found is None or found < stream.first_ordinal - 1:
+            raise RevisionNotFound(f"revision-id={text} names no retained element of stream {stream.config.name!r}")
+        last = found
+    return list(range(stream.first_ordinal, last + 1))
+
+
+def _query_text(extra: dict[str, list[str]]) -> str | None:
+    """The SPARQL query of a request to a stream IRI, wherever the client put it."""
+    queries = request.args.getlist("query") + extra.get("query", [])
+    if request.method == "POST":
+        mimetype, _ = body_media_type(request.headers.get("Content-Type"))
+        if mimetype == "application/sparql-query":
+            queries.append(text_body("query"))
+        elif mimetype == FORM:
+            queries.extend(request.form.getlist("query"))
+        elif mimetype == "application/sparql-update" or request.form.get("update"):
+            raise BadRequest("a stream is appended to by uploading elements, not by SPARQL Update")
+    if len(queries) > 1:
+        raise BadRequest(f"give one query (found {len(queries)})")
+    return queries[0] if queries else None
+
+
+def _query(stream: Stream, windows: str | None, text: str) -> Response:
+    if request.args.getlist("default-graph-uri") or request.args.getlist("named-graph-uri"):
+        raise BadRequest("a stream IRI fixes the dataset (its window's elements): default-graph-uri and "
+                         "named-graph-uri do not apply")
+    if windows is None:
+        selected = SelectedWindow(_revision_ordinals(stream))
+    else:
+        selected = _select_window(stream, windows)
+    defaults, named = stream.dataset_graphs(selected.ordinals)
+    spool, mimetype = run_query(stream.store, text, defaults, named)
+    return spooled_response(spool, mimetype, selected.headers)
+
+
+def _dataset_response(stream: Stream, ordinals: list[int], headers: dict[str, str]) -> Response:
+    mimetype = best_media_type(request.headers.get("Accept"), list(DATASET_FORMATS))
+    if mimetype is None:
+        raise NotAcceptable("a window is a dataset: available as " + ", ".join(DATASET_FORMATS))
+    spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
+    serialize(stream.dataset_quads(ordinals), spool, DATASET_FORMATS[mimetype])
+    return spooled_response(spool, mimetype, {**headers, "Window-Elements": str(len(ordinals))})
+
+
+# -- small parsers -----------------------------------------------------------------------------
+
+def _iri(text: str, parameter: str) -> str:
+    try:
+        return NamedNode(text).value
+    except ValueError as error:
+        raise BadRequest(f"{parameter}={text!r} is not an IRI: {error}") from None
+
+
+def _instant(text: str, parameter: str) -> int:
+    designator = parse_revision(text)
+    if not isinstance(designator, Instant):
+        raise BadRequest(f"{parameter}={text!r} is not an xsd:dateTime with timezone")
+    return _micros(designator)
+
+
+def _micros(designator: Instant) -> int:
+    return to_micros(designator.at)
+

@@ -30,6 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="largest accepted RDF upload, e.g. 2g (default: no limit)")
     serve.add_argument("--retention", type=int, default=None,
                        help="keep the history of this many latest revisions (default: all)")
+    serve.add_argument("--spark-master", default="local[2]",
+                       help="Spark master of the window pipeline: local[N] (embedded, default) or spark://HOST:PORT")
+    serve.add_argument("--no-pipeline", action="store_true",
+                       help="do not start Spark: one-shot windows work, repeating (R…) windows never complete")
     return parser
 
 

@@ -63,7 +63,7 @@ def stream_resource(name: str) -> Response:
         _catalog().delete(name)
         return empty_response(204, {})
     stream = _catalog().get(name)
-    params = windowed_params(request.args.getlist("WINDOWS"))
+    params = windowed_params(request.query_string.decode("latin-1"))
     query = _query_text(params.extra)
     if query is not None:
         return _query(stream, params.windows, query)

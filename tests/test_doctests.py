@@ -8,7 +8,8 @@ import importlib
 import pytest
 
 MODULES = ["sparql_ext.errors", "sparql_ext.lexer", "sparql_ext.revision", "sparql_ext.update",
-           "store.terms", "protocol.negotiation"]
+           "sparql_ext.windowref", "sparql_ext.windowing", "store.terms", "protocol.negotiation",
+           "protocol.stream_params"]
 
 
 @pytest.mark.parametrize("name", MODULES)

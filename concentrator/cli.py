@@ -4,9 +4,15 @@ and (later) the Spark pipeline together, so it is the one place allowed to impor
 from __future__ import annotations
 
 import argparse
+import atexit
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from protocol import ServerConfig
+
+if TYPE_CHECKING:
+    from flask import Flask
 
 
 def _size(text: str) -> int:
@@ -37,6 +43,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_app(config: ServerConfig, spark_master: str | None) -> Flask:
+    """The server's parts: the dataset, the streams, the window pipeline (on Spark), the HTTP app."""
+    from protocol import create_app
+    from store import RevisionedDataset
+    from store.streams import StreamCatalog
+
+    dataset = RevisionedDataset(config.data_dir, in_memory=config.in_memory, retention=config.retention)
+    catalog = StreamCatalog(config.data_dir / "streams", in_memory=config.in_memory)
+    pipeline_status = None
+    if spark_master is not None:
+        from concentrator.pipeline import WindowPipeline
+        from concentrator.spark import SparkSettings
+
+        pipeline = WindowPipeline(catalog, config.data_dir, SparkSettings(master=spark_master))
+        pipeline.start_in_background()  # Spark takes seconds to start; requests are answered meanwhile
+        atexit.register(pipeline.stop, stop_session=True)
+        pipeline_status = pipeline.status
+    atexit.register(catalog.close)
+    return create_app(config, dataset, catalog, pipeline_status)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
@@ -44,5 +71,6 @@ def main(argv: list[str] | None = None) -> int:
 
         config = ServerConfig(args.data.resolve(), max_body_bytes=args.max_body_bytes,
                               retention=args.retention)
-        serve(config, args.host, args.port, args.threads)
+        master = None if args.no_pipeline else args.spark_master
+        serve(config, args.host, args.port, args.threads, make_app=partial(build_app, spark_master=master))
     return 0

@@ -227,9 +227,12 @@ class WindowPipeline:
         }
 
     def caught_up(self, stream: Stream) -> bool:
-        """True once the pipeline has read everything committed to ``stream`` (elements and stream time)."""
+        """True once the pipeline has read everything committed to ``stream`` (elements, stream time and
+        registrations; call ``stream.flush()`` first for "everything accepted")."""
         state = stream.windows.state
-        return state.seen >= stream.head() and (stream.stream_time is None or state.stream_time == stream.stream_time)
+        return (state.seen >= stream.head()
+                and (stream.stream_time is None or state.stream_time == stream.stream_time)
+                and all(sequence.id in state.next_index for sequence in stream.windows.sequences()))
 
     def wait_caught_up(self, stream: Stream, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

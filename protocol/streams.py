@@ -31,6 +31,7 @@ from store.elements import ElementFramer, single_element
 from store.errors import RevisionNotFound, WindowNotComplete
 from store.stream import Stream, StreamConfig, format_micros, now_micros
 from store.streams import StreamCatalog
+from store.windows import WindowRevision
 
 bp = Blueprint("streams", __name__)
 
@@ -80,6 +81,48 @@ def stream_resource(name: str) -> Response:
         return jsonify(_describe(stream))
     selected = _select_window(stream, params.windows)
     return _dataset_response(stream, selected.ordinals, selected.headers)
+
+
+@bp.route("/streams/<name>/windows", methods=["GET"])
+def window_revisions(name: str) -> Response:
+    """Every window revision materialized for the stream's sequences (optionally one ``ref``)."""
+    stream = _catalog().get(name)
+    wanted = request.args.get("ref")
+    sequences = stream.windows.sequences()
+    if wanted is not None:
+        found = stream.windows.find(str(parse_window_ref(wanted)))
+        sequences = [found] if found is not None else []
+    return jsonify({"sequences": [{
+        "id": sequence.id, "ref": sequence.ref,
+        "windows": [_describe_revision(sequence.spec.kind, r) for r in stream.windows.revisions(sequence.id)],
+    } for sequence in sequences]})
+
+
+@bp.route("/streams/<name>/windows/<revision_id>", methods=["GET", "POST"])
+def window_revision(name: str, revision_id: str) -> Response:
+    """One window revision, re-addressed by its UUID: its dataset, or the SPARQL Protocol over it."""
+    stream = _catalog().get(name)
+    revision = stream.windows.by_uuid(revision_id)
+    if revision is None:
+        raise RevisionNotFound(f"stream {name!r} has no window revision {revision_id!r}")
+    sequence = stream.windows.sequence(revision.sequence)
+    kind = sequence.spec.kind if sequence is not None else "time"
+    selected = SelectedWindow(list(revision.ordinals()), {
+        "Window-Index": str(revision.index), "Window-Id": revision.uuid,
+        **_bounds_headers(kind, revision.start, revision.end)})
+    query = _query_text({})
+    if query is not None:
+        defaults, named = stream.dataset_graphs(selected.ordinals)
+        spool, mimetype = run_query(stream.store, query, defaults, named)
+        return spooled_response(spool, mimetype, selected.headers)
+    return _dataset_response(stream, selected.ordinals, selected.headers)
+
+
+def _describe_revision(kind: str, revision: WindowRevision) -> dict[str, object]:
+    bounds = ({"start": revision.start, "end": revision.end} if kind == "count"
+              else {"start": format_micros(revision.start), "end": format_micros(revision.end)})
+    return {"index": revision.index, **bounds, "elements": [list(run) for run in revision.runs],
+            "count": revision.count, "revision_id": revision.uuid, "committed": format_micros(revision.commit)}
 
 
 # -- configuration and description -----------------------------------------------------------
@@ -144,10 +187,7 @@ def _describe_sequence(stream: Stream, ident: str) -> dict[str, object]:
     assert sequence is not None
     return {
         "id": ident, "ref": sequence.ref, "windows_emitted": stream.windows.emitted(ident),
-        "latest": None if latest is None else {
-            "index": latest.index, "start": latest.start, "end": latest.end, "elements": latest.count,
-            "revision_id": latest.uuid, "committed": format_micros(latest.commit),
-        },
+        "latest": None if latest is None else _describe_revision(sequence.spec.kind, latest),
     }
 
 

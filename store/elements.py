@@ -125,8 +125,11 @@ class ElementFramer:
                 else:
                     content.append(quad)
         except SyntaxError as error:
-            graph = f" (graph {current.graph})" if current is not None else ""
-            raise RdfSyntaxError(f"element {self.next_label}{graph} near byte {self.bytes_read}: {error}") from None
+            # The element being read is not known complete (its timestamp may follow its block), so
+            # the error is in it or in the first statement of the next: neither is committed.
+            where = (f"element {self.next_label} (graph {current.graph}) or the element after it"
+                     if current is not None else f"element {self.next_label}")
+            raise RdfSyntaxError(f"{where}, near byte {self.bytes_read}: {error}") from None
         if current is not None:
             yield self._finish(current)
 

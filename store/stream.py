@@ -462,16 +462,17 @@ class Stream:
         return count
 
     def close(self) -> None:
+        """Commit what was accepted, stop the committer, and release the store (RocksDB's lock)."""
         if self._closed:
             return
         with self._work:
             self._closed = True
             self._work.notify()
         self._committer.join(timeout=60)
+        self._store = None  # type: ignore[assignment] - the last reference: pyoxigraph closes the store
 
     def remove(self) -> None:
         self.close()
-        del self._store
         shutil.rmtree(self.directory, ignore_errors=True)
 
 

@@ -1,0 +1,155 @@
+"""The stream store without HTTP: element framing, validation, group commit, the timestamp index,
+and recovery from a crash between writing a group's quads and its log lines."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from pyoxigraph import NamedNode, Quad, RdfFormat
+
+from store.elements import ElementFramer, ParsedElement
+from store.errors import ElementOutOfOrder, ElementRejected, RdfSyntaxError
+from store.stream import Stream, StreamConfig, timestamp_graph
+
+PROV = "http://www.w3.org/ns/prov#generatedAtTime"
+MINUTE = 60_000_000
+T10 = 1_466_416_800_000_000  # 2016-06-20T10:00:00Z
+
+
+def stamp(name: str, minute: int) -> str:
+    return (f'<http://ex/{name}> <{PROV}> "2016-06-20T10:{minute:02d}:00Z"'
+            '^^<http://www.w3.org/2001/XMLSchema#dateTime> .\n')
+
+
+def frame(text: str) -> list[ParsedElement]:
+    return list(ElementFramer(io.BytesIO(text.encode()), RdfFormat.TRIG, PROV))
+
+
+def test_framing_timestamp_before_or_after_and_punctuation() -> None:
+    elements = frame(stamp("a", 0) + "<http://ex/a> { <x:s> <x:p> 1 . <x:s> <x:p> 2 . }\n"
+                     "<http://ex/b> { <x:s> <x:p> 3 . }\n" + stamp("b", 1) + stamp("tick", 5))
+    assert [(e.graph.value, len(e.quads), e.time) for e in elements] == [
+        ("http://ex/a", 2, T10), ("http://ex/b", 1, T10 + MINUTE), ("http://ex/tick", 0, T10 + 5 * MINUTE)]
+    assert [e.is_punctuation for e in elements] == [False, False, True]
+    assert frame("<http://ex/c> { <x:s> <x:p> 1 . }\n")[0].time is None  # stamped at receipt later
+
+
+@pytest.mark.parametrize(("text", "error", "words"), [
+    ("<http://ex/a> { <x:s> <x:p> 1 . }\n<http://ex/b> { <x:s> <x:p> 2 . }\n<http://ex/a> { <x:s> <x:p> 3 . }\n",
+     ElementRejected, "appears again"),
+    ("<x:s> <x:p> 1 .\n", ElementRejected, "holds only timestamp triples"),
+    (stamp("a", 0) + stamp("a", 1) + "<http://ex/a> { <x:s> <x:p> 1 . }\n", ElementRejected, "second timestamp"),
+    ('<http://ex/a> <' + PROV + '> "yesterday" .\n', ElementRejected, "not an xsd:dateTime"),
+    ('<http://ex/a> <' + PROV + '> "2016-06-20T10:00:00"^^<http://www.w3.org/2001/XMLSchema#dateTime> .\n',
+     ElementRejected, "no timezone"),
+    ("<http://ex/a> { <x:s> <x:p> 1 . }\n<http://ex/b> { <x:s> <x:p> \"open . }\n", RdfSyntaxError,
+     "element 1 (graph <http://ex/a>) or the element after it, near byte"),
+    (stamp("a", 0) + "<http://ex/a> { <x:s> <x:p> 1 . }\n" + stamp("b", 1) + "<http://ex/b> { <x:s> \"open . }\n",
+     RdfSyntaxError, "element 2 (graph <http://ex/b>) or the element after it"),
+])
+def test_framing_refusals_name_the_element(text: str, error: type[Exception], words: str) -> None:
+    with pytest.raises(error) as raised:
+        frame(text)
+    assert words in str(raised.value)
+
+
+def element(name: str, minute: int | None, *values: int) -> ParsedElement:
+    graph = NamedNode(f"http://ex/{name}")
+    quads = [Quad(NamedNode("x:s"), NamedNode("x:p"), NamedNode(f"x:{v}"), graph) for v in values]
+    return ParsedElement(graph, quads, None if minute is None else T10 + minute * MINUTE)
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> Stream:
+    s = Stream.create(tmp_path / "s", StreamConfig("s"))
+    yield s
+    s.close()
+
+
+def test_accept_commit_and_index(stream: Stream) -> None:
+    for i, minute in enumerate([0, 1, 2, 5, 9]):
+        assert stream.accept(element(f"e{i}", minute, i), received=0) == i + 1
+    stream.flush()
+    assert stream.head() == 5 and len(stream) == 5 and stream.stream_time == T10 + 9 * MINUTE
+    assert [e.ordinal for e in stream.between(T10 + MINUTE, T10 + 5 * MINUTE, backward=False)] == [2, 3]
+    assert [e.ordinal for e in stream.between(T10 + MINUTE, T10 + 5 * MINUTE, backward=True)] == [3, 4]
+    assert stream.last_at_or_before(T10 + 4 * MINUTE) == 3
+    assert stream.ordinal_of(stream.uuid_of(4)) == 4
+    defaults, named = stream.dataset_graphs([2, 4])
+    assert defaults == [timestamp_graph(2), timestamp_graph(4)]
+    assert [g.value for g in named] == ["http://ex/e1", "http://ex/e3"]
+    assert len(list(stream.dataset_quads([2, 4]))) == 4  # 2 timestamp triples + 2 content triples
+
+
+def test_refusals_store_nothing(stream: Stream) -> None:
+    stream.accept(element("a", 5, 1), received=0)
+    with pytest.raises(ElementOutOfOrder, match="not after the stream time"):
+        stream.accept(element("b", 5, 2), received=0)
+    with pytest.raises(ElementOutOfOrder, match="already an element"):
+        stream.accept(element("a", 6, 3), received=0)
+    with pytest.raises(ElementRejected, match="reserved"):
+        stream.accept(ParsedElement(NamedNode("urn:x-concentrator:x"), [], T10 + 7 * MINUTE), received=0)
+    stream.flush()
+    assert stream.head() == 1 and len(stream.store) == 2  # a's triple and a's timestamp
+
+
+def test_receipt_time_is_strictly_increasing(stream: Stream) -> None:
+    stream.accept(element("a", None, 1), received=1000)
+    stream.accept(element("b", None, 2), received=1000)  # same receipt instant: stamped 1 µs later
+    stream.flush()
+    assert [e.time for e in stream.elements(1, 2)] == [1000, 1001]
+
+
+def test_punctuation_advances_stream_time_only(stream: Stream) -> None:
+    stream.accept(element("a", 0, 1), received=0)
+    stream.punctuate(T10 + 10 * MINUTE)
+    stream.flush()
+    assert stream.head() == 1 and stream.stream_time == T10 + 10 * MINUTE and stream.punctuations == 1
+    with pytest.raises(ElementOutOfOrder):
+        stream.accept(element("b", 9, 2), received=0)
+
+
+def test_reopen_rebuilds_the_index_and_drops_a_torn_line(tmp_path: Path) -> None:
+    s = Stream.create(tmp_path / "s", StreamConfig("s"))
+    for i in range(3):
+        s.accept(element(f"e{i}", i, i), received=0)
+    s.flush()
+    s.close()
+    with (tmp_path / "s" / "log.jsonl").open("a") as log:
+        log.write('{"o": 4, "t": ')  # the process died while appending a line
+    s = Stream.open(tmp_path / "s")
+    assert s.head() == 3 and [e.time for e in s.elements(1, 3)] == [T10, T10 + MINUTE, T10 + 2 * MINUTE]
+    s.accept(element("e3", 3, 3), received=0)
+    s.flush()
+    assert s.head() == 4
+    s.close()
+
+
+def test_recovery_removes_graphs_whose_log_lines_never_became_durable(tmp_path: Path) -> None:
+    s = Stream.create(tmp_path / "s", StreamConfig("s"))
+    s.accept(element("kept", 0, 1), received=0)
+    s.flush()
+    # Simulate a crash after a group's quads reached the store but before its log lines did.
+    lost = element("lost", 1, 2)
+    s.store.extend([*lost.quads, Quad(lost.graph, NamedNode(PROV), NamedNode("x:t"), timestamp_graph(2))])
+    (tmp_path / "s" / "pending.json").write_text(json.dumps({"graphs": ["<http://ex/lost>"], "from": 2}))
+    s.close()
+    s = Stream.open(tmp_path / "s")
+    assert s.head() == 1
+    assert {g.value for g in s.store.named_graphs()} == {"http://ex/kept", timestamp_graph(1).value}
+    assert not (tmp_path / "s" / "pending.json").exists()
+    s.close()
+
+
+def test_lateness_keeps_a_time_ordered_index(tmp_path: Path) -> None:
+    s = Stream.create(tmp_path / "s", StreamConfig("s", lateness=2 * MINUTE))
+    for name, minute in [("a", 10), ("b", 9), ("c", 11)]:
+        s.accept(element(name, minute, 0), received=0)
+    s.flush()
+    # ordinals 1..3 at 10:10, 10:09, 10:11: [10:09, 10:11) holds b (2) and a (1), by ordinal.
+    assert [e.ordinal for e in s.between(T10 + 9 * MINUTE, T10 + 11 * MINUTE, backward=False)] == [1, 2]
+    assert s.last_at_or_before(T10 + 9 * MINUTE + 1) == 2
+    s.close()

@@ -123,11 +123,9 @@ def bulk_load_baseline(elements: int) -> Measurement:
         with path.open("wb") as out:
             for chunk in chunks("base", elements):
                 out.write(chunk)
-        store = pyoxigraph.Store(str(Path(tmp) / "store"))
-        m = measure("pyoxigraph bulk_load (on disk)", elements * 10,
-                    lambda: store.bulk_load(path=str(path), format=pyoxigraph.RdfFormat.N_QUADS), "statements")
-        del store
-        return m
+        target = pyoxigraph.Store(str(Path(tmp) / "store"))
+        return measure("pyoxigraph bulk_load (on disk)", elements * 10,
+                       lambda: target.bulk_load(path=str(path), format=pyoxigraph.RdfFormat.N_QUADS), "statements")
 
 
 def single_stream(server: RunningServer, elements: int) -> tuple[list[Measurement], list[float]]:

@@ -96,6 +96,7 @@ class PipelineStatus:
     batches: int = 0
     last_batch_id: int | None = None
     last_batch_seconds: float | None = None
+    last_batch_phases: dict[str, float] = field(default_factory=dict)  # seconds: summary, plan, assign, complete
     last_error: str | None = None
     last_error_at: float | None = None
     errors: int = 0
@@ -221,6 +222,7 @@ class WindowPipeline:
         return {
             "ready": self.ready.is_set(), "active": bool(query is not None and query.isActive),
             "batches": s.batches, "last_batch_id": s.last_batch_id, "last_batch_seconds": s.last_batch_seconds,
+            "last_batch_phases": s.last_batch_phases,
             "last_error": s.last_error, "last_error_at": s.last_error_at, "errors": s.errors,
             "restarts": s.restarts, "windows_emitted": s.windows_emitted,
             "skipped_empty_windows": s.skipped_empty_windows, "streams": streams,
@@ -254,29 +256,36 @@ class WindowPipeline:
         """foreachBatch handler; see the module doc. Raises (after recording) when a stream fails."""
         began = time.monotonic()
         stream_name = "-"
+        batch_df = batch_df.persist()  # read the log slices once for both jobs
         try:
             plans = []
-            for stream_name, summary in self._summaries(batch_df).items():
+            summaries = self._summaries(batch_df)
+            phases = {"summary": time.monotonic() - began}
+            for stream_name, summary in summaries.items():
                 plan = self._plan(stream_name, summary, batch_id)
                 if plan is not None:
                     plans.append(plan)
             stream_name = "-"
-            if not plans:
-                return
+            phases["plan"] = time.monotonic() - began - sum(phases.values())
             runs = self._assign(batch_df, plans)
+            phases["assign"] = time.monotonic() - began - sum(phases.values())
             emitted = 0
             for plan in plans:
                 stream_name = plan.stream.config.name
                 emitted += self._complete(plan, runs.get(stream_name, {}), batch_id)
+            phases["complete"] = time.monotonic() - began - sum(phases.values())
         except Exception as error:
             message = f"batch {batch_id}, stream {stream_name}: {type(error).__name__}: {error}"
             log.exception("window pipeline: %s", message)
             self._record_error(message)
             raise
+        finally:
+            batch_df.unpersist()
         with self._lock:
             self._status.batches += 1
             self._status.last_batch_id = batch_id
             self._status.last_batch_seconds = round(time.monotonic() - began, 4)
+            self._status.last_batch_phases = {name: round(seconds, 4) for name, seconds in phases.items()}
             self._status.windows_emitted += emitted
 
     def _summaries(self, batch_df: DataFrame) -> dict[str, _Summary]:

@@ -106,23 +106,33 @@ def span(first: int, last: int) -> tuple[int, ...]:
     return tuple(range(first, last + 1))
 
 
-MINUTES_1_TO_12 = [hm(f"10:{m:02d}") for m in range(1, 13)]  # ordinals 2..13 after the one at 10:00
-
-
 # ----------------------------------------------------------------------------------- hand-worked windows
+#
+# The cases run side by side (one stream each) so that they share micro-batches. A case registers its
+# ref after the ``before`` elements, then runs its phases (elements, then punctuation); after every
+# phase all cases are settled and each case's windows are checked against ``expected[phase]``.
+
+ALL_MINUTES = [hm(f"10:{m:02d}") for m in range(13)]  # 10:00..10:12 = ordinals 1..13
 
 
-def test_forward_sliding(env: Env) -> None:
-    # One element at 10:00 (ordinal 1), registered: t0 = 10:00, window k = [10:00+k', 10:05+k') (k' = k min).
-    # Then 10:01..10:12 (ordinals 2..13) and punctuation 10:13: watermark 10:13, so k with 10:05+k ≤ 10:13,
-    # k = 0..8; window k holds minutes k..k+4 = ordinals k+1..k+5.
-    stream = new_stream(env.catalog)
-    add(stream, hm("10:00"))
-    seq = register(stream, "R/HEAD/PT05M/PT01M")
-    add(stream, *MINUTES_1_TO_12)
-    stream.punctuate(hm("10:13"))
-    settle(env, stream)
-    expected = [
+@dataclass
+class Case:
+    ref: str
+    before: list[int]
+    phases: list[tuple[list[int], int | None]]  # (elements, punctuation or None)
+    expected: list[Got]  # windows after each phase (cumulative)
+
+
+def forward(ks: range) -> Got:
+    """[10:00+k, 10:05+k) holds minutes k..k+4 = ordinals k+1..k+5."""
+    return [(k, hm(f"10:{k:02d}"), hm(f"10:{k + 5:02d}"), span(k + 1, k + 5)) for k in ks]
+
+
+CASES: dict[str, Case] = {
+    # One element at 10:00 (ordinal 1) when registered: t0 = 10:00, window k = [10:00+k min, 10:05+k min).
+    # Then 10:01..10:12 (ordinals 2..13) and punctuation 10:13: watermark 10:13, complete while
+    # 10:05+k ≤ 10:13, k = 0..8; window k holds minutes k..k+4 = ordinals k+1..k+5.
+    "forward": Case("R/HEAD/PT05M/PT01M", ALL_MINUTES[:1], [(ALL_MINUTES[1:], hm("10:13"))], [[
         (0, hm("10:00"), hm("10:05"), span(1, 5)),
         (1, hm("10:01"), hm("10:06"), span(2, 6)),
         (2, hm("10:02"), hm("10:07"), span(3, 7)),
@@ -132,22 +142,11 @@ def test_forward_sliding(env: Env) -> None:
         (6, hm("10:06"), hm("10:11"), span(7, 11)),
         (7, hm("10:07"), hm("10:12"), span(8, 12)),
         (8, hm("10:08"), hm("10:13"), span(9, 13)),
-    ]
-    assert got(stream, seq) == expected == reference(stream, seq)
-    assert stream.windows.state.watermark == hm("10:13")
-
-
-def test_backward_sliding(env: Env) -> None:
-    # t0 = 10:00; window k = (10:00+k−5, 10:00+k], k ≥ 1. Same data, watermark 10:13: k = 1..13.
-    # k=1 (09:56,10:01] minutes 0,1 = ordinals 1,2; … k=4 (09:59,10:04] ordinals 1..5;
-    # k ≥ 5: minutes k−4..k = ordinals k−3..k+1 (capped at 13: k=13 (10:08,10:13] minutes 9..12 = 10..13).
-    stream = new_stream(env.catalog)
-    add(stream, hm("10:00"))
-    seq = register(stream, "R/HEAD/-PT05M/PT01M")
-    add(stream, *MINUTES_1_TO_12)
-    stream.punctuate(hm("10:13"))
-    settle(env, stream)
-    expected = [
+    ]]),
+    # Backward: window k = (10:00+k−5, 10:00+k], k ≥ 1; same data, watermark 10:13: k = 1..13.
+    # k ≤ 4 reach back before 10:00: ordinals 1..k+1; k ≥ 5: minutes k−4..k = ordinals k−3..k+1,
+    # capped at 13 (k=13: (10:08, 10:13] = minutes 9..12 = ordinals 10..13).
+    "backward": Case("R/HEAD/-PT05M/PT01M", ALL_MINUTES[:1], [(ALL_MINUTES[1:], hm("10:13"))], [[
         (1, hm("09:56"), hm("10:01"), span(1, 2)),
         (2, hm("09:57"), hm("10:02"), span(1, 3)),
         (3, hm("09:58"), hm("10:03"), span(1, 4)),
@@ -161,113 +160,93 @@ def test_backward_sliding(env: Env) -> None:
         (11, hm("10:06"), hm("10:11"), span(8, 12)),
         (12, hm("10:07"), hm("10:12"), span(9, 13)),
         (13, hm("10:08"), hm("10:13"), span(10, 13)),
-    ]
-    assert got(stream, seq) == expected == reference(stream, seq)
+    ]]),
+    # Tumbling: [10:00,10:05) = 1..5, [10:05,10:10) = 6..10; [10:10,10:15) waits (watermark 10:13)
+    # until punctuation 10:15 closes it with minutes 10..12 = ordinals 11..13.
+    "tumbling": Case("R/HEAD/PT05M", ALL_MINUTES[:1], [(ALL_MINUTES[1:], hm("10:13")), ([], hm("10:15"))], [
+        [(0, hm("10:00"), hm("10:05"), span(1, 5)), (1, hm("10:05"), hm("10:10"), span(6, 10))],
+        [(0, hm("10:00"), hm("10:05"), span(1, 5)), (1, hm("10:05"), hm("10:10"), span(6, 10)),
+         (2, hm("10:10"), hm("10:15"), span(11, 13))],
+    ]),
+    # Gaps: [10:00+5k, 10:01+5k), one minute in five; complete while 10:01+5k ≤ 10:13: k = 0, 1, 2.
+    "gaps": Case("R/HEAD/PT01M/PT05M", ALL_MINUTES[:1], [(ALL_MINUTES[1:], hm("10:13"))], [[
+        (0, hm("10:00"), hm("10:01"), (1,)), (1, hm("10:05"), hm("10:06"), (6,)), (2, hm("10:10"), hm("10:11"), (11,)),
+    ]]),
+    # Count: ten elements 10:00..10:09 exist, HEAD = 10, HEAD~9 = 1: window k = ordinals 1+k..10+k.
+    # Window 0 is complete from history alone; ordinals 11..13 complete windows 1..3 (no punctuation needed).
+    "count": Case("R/HEAD~9/HEAD/1", ALL_MINUTES[:10], [([], None), (ALL_MINUTES[10:], None)], [
+        [(0, 1, 10, span(1, 10))],
+        [(0, 1, 10, span(1, 10)), (1, 2, 11, span(2, 11)), (2, 3, 12, span(3, 12)), (3, 4, 13, span(4, 13))],
+    ]),
+    # R3: windows 0..2 only, [10:00+k, 10:02+k) = {1,2}, {2,3}, {3,4}; nothing after, whatever the watermark.
+    "R3": Case("R3/HEAD/PT02M/PT01M", ALL_MINUTES[:1], [(ALL_MINUTES[1:], hm("10:13"))], [[
+        (0, hm("10:00"), hm("10:02"), (1, 2)), (1, hm("10:01"), hm("10:03"), (2, 3)),
+        (2, hm("10:02"), hm("10:04"), (3, 4)),
+    ]]),
+    # Anchored in the past, registered after 10:00..10:06 (ordinals 1..7): stream time 10:06 completes
+    # windows 0 and 1 from history alone; live 10:07..10:12 and punctuation 10:13 then give 2..8.
+    "history": Case("R/2016-06-20T10:00:00Z/PT05M/PT01M", ALL_MINUTES[:7],
+                    [([], None), (ALL_MINUTES[7:], hm("10:13"))], [forward(range(2)), forward(range(9))]),
+    # Empty stream: HEAD is the first element to come; t0 is pending (no window) until 10:00 arrives.
+    "empty": Case("R/HEAD/PT05M/PT01M", [], [([], None), (ALL_MINUTES, hm("10:13"))], [[], forward(range(9))]),
+    # Time width, count step (windows placed by the driver): a 2-minute window at every 5th element from
+    # ordinal 1: [10:00,10:02) = 1,2; ordinal 6 (10:05): 6,7; ordinal 11 (10:10): 11,12; all complete at 10:13.
+    "count-step": Case("R/HEAD/PT02M/5", ALL_MINUTES[:1], [(ALL_MINUTES[1:], hm("10:13"))], [[
+        (0, hm("10:00"), hm("10:02"), (1, 2)), (1, hm("10:05"), hm("10:07"), (6, 7)),
+        (2, hm("10:10"), hm("10:12"), (11, 12)),
+    ]]),
+}
 
 
-def test_tumbling_then_punctuation_closes_the_last(env: Env) -> None:
-    # [10:00,10:05) = 1..5, [10:05,10:10) = 6..10; [10:10,10:15) waits for 10:15 (watermark 10:13),
-    # then punctuation 10:15 closes it with minutes 10..12 = 11..13.
-    stream = new_stream(env.catalog)
-    add(stream, hm("10:00"))
-    seq = register(stream, "R/HEAD/PT05M")
-    add(stream, *MINUTES_1_TO_12)
-    stream.punctuate(hm("10:13"))
-    settle(env, stream)
-    first_two = [(0, hm("10:00"), hm("10:05"), span(1, 5)), (1, hm("10:05"), hm("10:10"), span(6, 10))]
-    assert got(stream, seq) == first_two
-    stream.punctuate(hm("10:15"))
-    settle(env, stream)
-    assert got(stream, seq) == [*first_two, (2, hm("10:10"), hm("10:15"), span(11, 13))] == reference(stream, seq)
+@dataclass
+class Run:
+    stream: Stream
+    sequence: Sequence
+    snapshots: list[Got]
+    pending_before: bool
 
 
-def test_hopping_with_gaps(env: Env) -> None:
-    # [10:00+5k, 10:01+5k): one minute every five; complete while 10:01+5k ≤ 10:13: k = 0, 1, 2.
-    stream = new_stream(env.catalog)
-    add(stream, hm("10:00"))
-    seq = register(stream, "R/HEAD/PT01M/PT05M")
-    add(stream, *MINUTES_1_TO_12)
-    stream.punctuate(hm("10:13"))
-    settle(env, stream)
-    expected = [(0, hm("10:00"), hm("10:01"), (1,)), (1, hm("10:05"), hm("10:06"), (6,)),
-                (2, hm("10:10"), hm("10:11"), (11,))]
-    assert got(stream, seq) == expected == reference(stream, seq)
+@pytest.fixture(scope="module")
+def hand_worked(env: Env) -> dict[str, Run]:
+    runs: dict[str, Run] = {}
+    for name, case in CASES.items():
+        stream = new_stream(env.catalog, "hand")
+        add(stream, *case.before)
+        runs[name] = Run(stream, register(stream, case.ref), [], False)
+    for phase in range(max(len(case.phases) for case in CASES.values())):
+        for name, case in CASES.items():
+            if phase < len(case.phases):
+                elements, punctuation = case.phases[phase]
+                add(runs[name].stream, *elements)
+                if punctuation is not None:
+                    runs[name].stream.punctuate(punctuation)
+        for run in runs.values():
+            settle(env, run.stream)
+            run.snapshots.append(got(run.stream, run.sequence))
+            if phase == 0:
+                run.pending_before = env.pipeline.status()["streams"][run.stream.config.name]["sequences"][
+                    run.sequence.id]["pending"]
+    return runs
 
 
-def test_count_window_last_ten_sliding_by_one(env: Env) -> None:
-    # Ten elements 10:00..10:09 exist: HEAD = 10, HEAD~9 = 1, window k = ordinals 1+k..10+k.
-    # Window 0 is complete from history; 10:10..10:12 (ordinals 11..13) complete windows 1..3.
-    stream = new_stream(env.catalog)
-    add(stream, *[hm(f"10:{m:02d}") for m in range(10)])
-    seq = register(stream, "R/HEAD~9/HEAD/1")
-    add(stream, hm("10:10"), hm("10:11"), hm("10:12"))
-    settle(env, stream)
-    expected = [(0, 1, 10, span(1, 10)), (1, 2, 11, span(2, 11)), (2, 3, 12, span(3, 12)), (3, 4, 13, span(4, 13))]
-    assert got(stream, seq) == expected == reference(stream, seq)
+@pytest.mark.parametrize("name", list(CASES))
+def test_hand_worked(hand_worked: dict[str, Run], name: str) -> None:
+    case, run = CASES[name], hand_worked[name]
+    assert run.snapshots[: len(case.expected)] == case.expected
+    assert run.snapshots[-1] == case.expected[-1] == reference(run.stream, run.sequence)
 
 
-def test_exactly_three_windows(env: Env) -> None:
-    # R3: windows 0..2 only, [10:00+k, 10:02+k): {1,2}, {2,3}, {3,4}; nothing after, whatever the watermark.
-    stream = new_stream(env.catalog)
-    add(stream, hm("10:00"))
-    seq = register(stream, "R3/HEAD/PT02M/PT01M")
-    add(stream, *MINUTES_1_TO_12)
-    stream.punctuate(hm("10:13"))
-    settle(env, stream)
-    expected = [(0, hm("10:00"), hm("10:02"), (1, 2)), (1, hm("10:01"), hm("10:03"), (2, 3)),
-                (2, hm("10:02"), hm("10:04"), (3, 4))]
-    assert got(stream, seq) == expected == reference(stream, seq)
-    assert stream.windows.state.next_index[seq.id] == 3
-    assert seq.id not in stream.windows.state.open
+def test_pending_origin_binds_to_the_first_element(hand_worked: dict[str, Run]) -> None:
+    run = hand_worked["empty"]
+    assert run.sequence.spec.origin is None and run.sequence.spec.anchor == 1 and run.pending_before
+    assert run.stream.windows.state.origins[run.sequence.id] == hm("10:00")
 
 
-def test_anchored_in_the_past_replays_history_then_continues(env: Env) -> None:
-    # Elements 10:00..10:06 (ordinals 1..7) exist when the sequence is registered: they are history.
-    # Stream time 10:06 completes [10:00,10:05) = 1..5 and [10:01,10:06) = 2..6 from history alone.
-    stream = new_stream(env.catalog)
-    add(stream, *[hm(f"10:{m:02d}") for m in range(7)])
-    settle(env, stream)
-    seq = register(stream, "R/2016-06-20T10:00:00Z/PT05M/PT01M")
-    settle(env, stream)
-    history = [(0, hm("10:00"), hm("10:05"), span(1, 5)), (1, hm("10:01"), hm("10:06"), span(2, 6))]
-    assert got(stream, seq) == history
-    # Live: 10:07..10:12 (ordinals 8..13), punctuation 10:13: windows 2..8 as in the forward case.
-    add(stream, *[hm(f"10:{m:02d}") for m in range(7, 13)])
-    stream.punctuate(hm("10:13"))
-    settle(env, stream)
-    live = [(k, hm(f"10:{k:02d}"), hm(f"10:{k + 5:02d}"), span(k + 1, k + 5)) for k in range(2, 9)]
-    assert got(stream, seq) == history + live == reference(stream, seq)
-
-
-def test_registration_on_an_empty_stream_waits_for_the_first_element(env: Env) -> None:
-    # HEAD of an empty stream is its first element: t0 is pending until it arrives (10:00), then the
-    # windows are those of the forward case.
-    stream = new_stream(env.catalog)
-    seq = register(stream, "R/HEAD/PT05M/PT01M")
-    assert seq.spec.origin is None and seq.spec.anchor == 1
-    settle(env, stream)
-    assert env.pipeline.status()["streams"][stream.config.name]["sequences"][seq.id]["pending"]
-    add(stream, hm("10:00"), *MINUTES_1_TO_12)
-    stream.punctuate(hm("10:13"))
-    settle(env, stream)
-    assert stream.windows.state.origins[seq.id] == hm("10:00")
-    expected = [(k, hm(f"10:{k:02d}"), hm(f"10:{k + 5:02d}"), span(k + 1, k + 5)) for k in range(9)]
-    assert got(stream, seq) == expected == reference(stream, seq)
-
-
-def test_time_width_count_step(env: Env) -> None:
-    # R/HEAD/PT02M/5: a 2-minute window starting at every 5th element from HEAD (ordinal 1, 10:00):
-    # k=0 [10:00,10:02) = 1,2; k=1 starts at ordinal 6 (10:05): 6,7; k=2 at ordinal 11 (10:10): 11,12.
-    # Watermark 10:13 ≥ 10:12: all three complete; k=3 would start at ordinal 16, not there yet.
-    stream = new_stream(env.catalog)
-    add(stream, hm("10:00"))
-    seq = register(stream, "R/HEAD/PT02M/5")
-    add(stream, *MINUTES_1_TO_12)
-    stream.punctuate(hm("10:13"))
-    settle(env, stream)
-    expected = [(0, hm("10:00"), hm("10:02"), (1, 2)), (1, hm("10:05"), hm("10:07"), (6, 7)),
-                (2, hm("10:10"), hm("10:12"), (11, 12))]
-    assert got(stream, seq) == expected == reference(stream, seq)
+def test_bounded_sequence_stops(hand_worked: dict[str, Run]) -> None:
+    run = hand_worked["R3"]
+    assert run.stream.windows.state.next_index[run.sequence.id] == 3
+    assert run.sequence.id not in run.stream.windows.state.open
+    assert run.stream.windows.state.watermark == hm("10:13")
 
 
 def test_long_empty_stretch_is_skipped(env: Env) -> None:
@@ -412,3 +391,33 @@ def test_replayed_batch_changes_nothing(env: Env) -> None:
     env.pipeline.apply_batch(spark.createDataFrame(rows, SCHEMA), stream.windows.state.batch)
     assert (got(stream, seq), stream.windows.state.to_json()) == before
     assert len(before[0]) == 2
+
+
+def test_failed_batch_is_recorded_and_retried(env: Env) -> None:
+    # The first attempt at this stream's batch raises: the error is in status, the query is restarted from
+    # its checkpoint, and the re-run batch (same id, same rows) materializes the windows once.
+    stream = new_stream(env.catalog, "fail")
+    add(stream, hm("10:00"))
+    seq = register(stream, "R/HEAD/PT01M")
+    settle(env, stream)
+    pipeline = env.pipeline
+    original = pipeline._complete
+    failures: list[int] = []
+
+    def flaky(plan, runs, batch_id):  # type: ignore[no-untyped-def]
+        if plan.stream is stream and not failures:
+            failures.append(batch_id)
+            raise RuntimeError("injected failure")
+        return original(plan, runs, batch_id)
+
+    restarts = pipeline.status()["restarts"]
+    pipeline._complete = flaky  # type: ignore[method-assign]
+    try:
+        add(stream, hm("10:01"), hm("10:02"))
+        settle(env, stream)
+    finally:
+        del pipeline._complete
+    status = pipeline.status()
+    assert failures and f"batch {failures[0]}, stream {stream.config.name}" in status["last_error"]
+    assert "injected failure" in status["last_error"] and status["restarts"] == restarts + 1
+    assert got(stream, seq) == [(0, hm("10:00"), hm("10:01"), (1,)), (1, hm("10:01"), hm("10:02"), (2,))]

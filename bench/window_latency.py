@@ -1,0 +1,127 @@
+"""Latency from the commit of the element that completes a window to the commit of its window revision.
+
+A ``WindowPipeline`` (trigger 0) runs over a fresh data directory with one stream and two sequences:
+
+- **time** — ``R/HEAD/PT01S`` (tumbling 1 s windows); element n has timestamp t0 + n s, so element n+1
+  completes window n−1 (its timestamp reaches the window's end, the watermark);
+- **count** — ``R/HEAD/HEAD/1`` (one-element count windows, sliding by one): element n completes its own
+  window.
+
+Elements are accepted one at a time, ``--interval`` seconds apart (wall clock), so that each one lands in
+its own micro-batch or nearly. For every window, latency = revision commit time (``WindowRevision.commit``)
+− commit time of the completing element (``ElementRecord.commit``); both are the store's own µs clocks in
+this process. The first ``--warmup`` windows (JIT and worker warm-up; each waited for before the next
+element) are left out.
+
+    .venv/bin/python -m bench.window_latency                  # 50 windows of each kind
+    .venv/bin/python -m bench.window_latency --windows 100 --interval 0.2
+
+Prints a table and writes ``bench/results/window_latency.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pyoxigraph import Literal, NamedNode, Quad
+
+from bench.harness import write_json
+from concentrator.pipeline import WindowPipeline
+from concentrator.spark import SparkSettings
+from sparql_ext.windowing import resolve
+from sparql_ext.windowref import parse_window_ref
+from store.elements import ParsedElement
+from store.stream import Stream, StreamConfig
+from store.streams import StreamCatalog
+
+T0 = 1_466_416_800_000_000  # 2016-06-20T10:00:00Z, µs
+S = 1_000_000
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def summarize(latencies: list[float]) -> dict[str, float | int]:
+    return {"n": len(latencies), "p50_ms": round(percentile(latencies, 0.5), 1),
+            "p90_ms": round(percentile(latencies, 0.9), 1), "p99_ms": round(percentile(latencies, 0.99), 1),
+            "max_ms": round(max(latencies), 1), "mean_ms": round(statistics.fmean(latencies), 1)}
+
+
+def element(stream: Stream, n: int) -> ParsedElement:
+    graph = NamedNode(f"urn:bench:{n}")
+    return ParsedElement(graph, [Quad(NamedNode("urn:bench:s"), NamedNode("urn:bench:v"), Literal(n), graph)],
+                         T0 + n * S)
+
+
+def run(windows: int, interval: float, warmup: int, directory: Path) -> dict[str, Any]:
+    catalog = StreamCatalog(directory / "streams")
+    pipeline = WindowPipeline(catalog, directory, SparkSettings(app_name="bench-window-latency"))
+    began = time.monotonic()
+    pipeline.start()
+    start_seconds = time.monotonic() - began
+    stream = catalog.put(StreamConfig("bench"))[0]
+    stream.accept(element(stream, 1), received=0)
+    stream.flush()
+    refs = {"time": "R/HEAD/PT01S", "count": "R/HEAD/HEAD/1"}
+    sequences = {kind: stream.register(ref, resolve(parse_window_ref(ref), stream)) for kind, ref in refs.items()}
+    total = windows + warmup
+    try:
+        for n in range(2, total + 3):
+            stream.accept(element(stream, n), received=0)
+            if n <= warmup + 1:  # warm-up: the first batches take seconds (JIT, Python workers)
+                stream.flush()
+                pipeline.wait_caught_up(stream, 120)
+            else:
+                time.sleep(interval)
+        stream.flush()
+        for sequence in sequences.values():
+            if stream.windows.wait_for_window(sequence.id, total, 120) is None:
+                raise RuntimeError(f"window {total} of {sequence.ref} did not come: {pipeline.status()}")
+        status = pipeline.status()
+    finally:
+        pipeline.stop(stop_session=True)
+    results: dict[str, Any] = {}
+    for kind, sequence in sequences.items():
+        latencies = []
+        for revision in stream.windows.revisions(sequence.id)[warmup:total]:
+            # time: window k = [t0+k s, t0+(k+1) s) is completed by element k+2 (timestamp t0+(k+2) s ≥ end);
+            # count: window k = ordinal k+1 (o0 = 1) is completed by that element itself.
+            completing = revision.index + 2 if kind == "time" else revision.end
+            record = stream.record(completing)
+            assert record is not None
+            latencies.append((revision.commit - record.commit) / 1000)
+        results[kind] = {"ref": sequence.ref, **summarize(latencies)}
+    catalog.close()
+    return {"pipeline_start_seconds": round(start_seconds, 2), "batches": status["batches"],
+            "last_batch_seconds": status["last_batch_seconds"], "last_batch_phases": status["last_batch_phases"],
+            "windows": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--windows", type=int, default=50, help="windows measured per sequence")
+    parser.add_argument("--interval", type=float, default=0.25, help="seconds between elements")
+    parser.add_argument("--warmup", type=int, default=10, help="windows left out at the start")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="window-latency-") as tmp:
+        measured = run(args.windows, args.interval, args.warmup, Path(tmp))
+    print(f"pipeline start {measured['pipeline_start_seconds']} s, {measured['batches']} batches, "
+          f"last batch {measured['last_batch_seconds']} s {measured['last_batch_phases']}")
+    print(f"{'sequence':<22} {'n':>4} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+    for kind, row in measured["windows"].items():
+        print(f"{kind + ' ' + row['ref']:<22} {row['n']:>4} {row['p50_ms']:>8} {row['p90_ms']:>8} "
+              f"{row['p99_ms']:>8} {row['max_ms']:>8}")
+    path = write_json("window_latency", {"interval_seconds": args.interval,
+                                         "trigger_seconds": 0, **measured})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

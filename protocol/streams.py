@@ -28,7 +28,7 @@ from sparql_ext.windowing import WindowNotResolvable, is_complete, resolve, to_m
 from sparql_ext.windowref import parse_window_ref
 from store import StoreError
 from store.elements import ElementFramer, single_element
-from store.errors import RevisionNotFound, WindowNotComplete
+from store.errors import RevisionNotFound, StreamNotFound, WindowNotComplete
 from store.stream import Stream, StreamConfig, format_micros, now_micros
 from store.streams import StreamCatalog
 from store.windows import WindowRevision
@@ -53,7 +53,18 @@ class SelectedWindow:
 
 @bp.route("/streams", methods=["GET"])
 def list_streams() -> Response:
-    return jsonify({"streams": [_describe(_catalog().get(name)) for name in _catalog().names()]})
+    """Every stream; with ``iri=`` a redirect to the stream an alias IRI (e.g. urn:uuid:…) names,
+    keeping the other parameters (``WINDOWS=`` …)."""
+    alias = request.args.get("iri")
+    if alias is None:
+        return jsonify({"streams": [_describe(_catalog().get(name)) for name in _catalog().names()]})
+    stream = _catalog().by_alias(alias)
+    if stream is None:
+        raise StreamNotFound(f"no stream is mapped to {alias!r} (map one with PUT /streams/{{name}}?alias=IRI)")
+    rest = "&".join(part for part in request.query_string.decode("latin-1").split("&")
+                    if not part.startswith("iri="))
+    location = f"{request.host_url}streams/{stream.config.name}" + (f"?{rest}" if rest else "")
+    return Response(status=303, headers={"Location": location})
 
 
 @bp.route("/streams/<name>", methods=["GET", "HEAD", "PUT", "POST", "DELETE"])

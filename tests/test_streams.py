@@ -238,6 +238,17 @@ def test_bad_window_refs_name_the_bad_part(server: RunningServer) -> None:
     assert requests.get(server.url + "/streams/nosuch").status_code == 404
 
 
+def test_alias_iri_redirects_to_its_stream(server: RunningServer) -> None:
+    url = make_stream(server, "aliased", alias="urn:uuid:6f1c0a4e-0000-4000-8000-000000000001")
+    upload(url, element("a", 0, 70) + element("b", 1, 71))
+    r = requests.get(server.url + "/streams", params={"iri": "urn:uuid:6f1c0a4e-0000-4000-8000-000000000001",
+                                                      "WINDOWS": "HEAD"}, allow_redirects=False)
+    assert r.status_code == 303 and r.headers["Location"] == url + "?WINDOWS=HEAD"
+    assert requests.get(server.url + "/streams", params={"iri": "urn:uuid:nothing"}).status_code == 404
+    taken = requests.put(server.url + "/streams/other", params={"alias": "urn:uuid:6f1c0a4e-0000-4000-8000-000000000001"})
+    assert taken.status_code == 409
+
+
 def test_delete_stream(server: RunningServer) -> None:
     url = make_stream(server, "gone")
     upload(url, element("a", 0, 70))

@@ -245,7 +245,8 @@ def test_alias_iri_redirects_to_its_stream(server: RunningServer) -> None:
                                                       "WINDOWS": "HEAD"}, allow_redirects=False)
     assert r.status_code == 303 and r.headers["Location"] == url + "?WINDOWS=HEAD"
     assert requests.get(server.url + "/streams", params={"iri": "urn:uuid:nothing"}).status_code == 404
-    taken = requests.put(server.url + "/streams/other", params={"alias": "urn:uuid:6f1c0a4e-0000-4000-8000-000000000001"})
+    alias = "urn:uuid:6f1c0a4e-0000-4000-8000-000000000001"
+    taken = requests.put(server.url + "/streams/other", params={"alias": alias})
     assert taken.status_code == 409
 
 

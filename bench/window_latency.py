@@ -22,6 +22,7 @@ Prints a table and writes ``bench/results/window_latency.json``.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -54,15 +55,58 @@ def summarize(latencies: list[float]) -> dict[str, float | int]:
             "max_ms": round(max(latencies), 1), "mean_ms": round(statistics.fmean(latencies), 1)}
 
 
+def tree_cpu_seconds(pid: int | None = None) -> float:
+    """CPU seconds (user + system) of a process and all its live descendants: here the Python driver, the
+    Spark JVM it launched and the JVM's Python workers."""
+    children: dict[int, list[tuple[int, list[str]]]] = {}
+    fields: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        fields[int(entry)] = stat
+        children.setdefault(int(stat[1]), []).append((int(entry), stat))
+    root = pid or os.getpid()
+    ticks, todo = 0, [root]
+    ticks += sum(int(x) for x in fields.get(root, ["0"] * 15)[11:13])
+    while todo:
+        for child, stat in children.get(todo.pop(), []):
+            ticks += sum(int(x) for x in stat[11:13])
+            todo.append(child)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_cores_over(seconds: float) -> float:
+    """Average cores the process tree used over ``seconds`` of wall time (sleeping meanwhile)."""
+    before, began = tree_cpu_seconds(), time.monotonic()
+    time.sleep(seconds)
+    return round((tree_cpu_seconds() - before) / (time.monotonic() - began), 3)
+
+
 def element(stream: Stream, n: int) -> ParsedElement:
     graph = NamedNode(f"urn:bench:{n}")
     return ParsedElement(graph, [Quad(NamedNode("urn:bench:s"), NamedNode("urn:bench:v"), Literal(n), graph)],
                          T0 + n * S)
 
 
-def run(windows: int, interval: float, warmup: int, directory: Path) -> dict[str, Any]:
+def run(windows: int, interval: float, warmup: int, directory: Path, idle_seconds: float = 10.0,
+        pipeline_options: dict[str, Any] | None = None, conf: dict[str, str] | None = None) -> dict[str, Any]:
     catalog = StreamCatalog(directory / "streams")
-    pipeline = WindowPipeline(catalog, directory, SparkSettings(app_name="bench-window-latency"))
+    settings = SparkSettings(app_name="bench-window-latency", conf=conf or {})
+    pipeline = WindowPipeline(catalog, directory, settings, **(pipeline_options or {}))
+    batches: list[dict[str, float]] = []
+    handler = pipeline.apply_batch
+
+    def timed(batch_df: Any, batch_id: int) -> None:  # every batch's wall time and phases
+        handler(batch_df, batch_id)
+        status = pipeline.status()
+        batches.append({"seconds": status["last_batch_seconds"], **status["last_batch_phases"]})
+
+    pipeline.apply_batch = timed  # type: ignore[method-assign]
     began = time.monotonic()
     pipeline.start()
     start_seconds = time.monotonic() - began
@@ -72,18 +116,24 @@ def run(windows: int, interval: float, warmup: int, directory: Path) -> dict[str
     refs = {"time": "R/HEAD/PT01S", "count": "R/HEAD/HEAD/1"}
     sequences = {kind: stream.register(ref, resolve(parse_window_ref(ref), stream)) for kind, ref in refs.items()}
     total = windows + warmup
+    idle_cores = None
     try:
         for n in range(2, total + 3):
             stream.accept(element(stream, n), received=0)
             if n <= warmup + 1:  # warm-up: the first batches take seconds (JIT, Python workers)
                 stream.flush()
                 pipeline.wait_caught_up(stream, 120)
+                if n == warmup + 1:
+                    if idle_seconds:
+                        idle_cores = cpu_cores_over(idle_seconds)  # no input: the pipeline's polling alone
+                    measured_from, cpu_before, wall_before = len(batches), tree_cpu_seconds(), time.monotonic()
             else:
                 time.sleep(interval)
         stream.flush()
         for sequence in sequences.values():
             if stream.windows.wait_for_window(sequence.id, total, 120) is None:
                 raise RuntimeError(f"window {total} of {sequence.ref} did not come: {pipeline.status()}")
+        busy_cores = round((tree_cpu_seconds() - cpu_before) / (time.monotonic() - wall_before), 3)
         status = pipeline.status()
     finally:
         pipeline.stop(stop_session=True)
@@ -99,8 +149,13 @@ def run(windows: int, interval: float, warmup: int, directory: Path) -> dict[str
             latencies.append((revision.commit - record.commit) / 1000)
         results[kind] = {"ref": sequence.ref, **summarize(latencies)}
     catalog.close()
+    measured = batches[measured_from:]
+    phases = {name: round(1000 * statistics.median(b.get(name, 0.0) for b in measured), 1)
+              for name in dict.fromkeys(key for b in measured for key in b)}
     return {"pipeline_start_seconds": round(start_seconds, 2), "batches": status["batches"],
-            "last_batch_seconds": status["last_batch_seconds"], "last_batch_phases": status["last_batch_phases"],
+            "measured_batches": len(measured), "batch_median_ms": phases,
+            "batch_p90_ms": round(1000 * percentile([b["seconds"] for b in measured], 0.9), 1),
+            "idle_cpu_cores": idle_cores, "ingest_cpu_cores": busy_cores,
             "windows": results}
 
 
@@ -109,17 +164,25 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=50, help="windows measured per sequence")
     parser.add_argument("--interval", type=float, default=0.25, help="seconds between elements")
     parser.add_argument("--warmup", type=int, default=10, help="windows left out at the start")
+    parser.add_argument("--idle", type=float, default=10.0, help="seconds of idle CPU measurement (0: skip)")
+    parser.add_argument("--name", default="window_latency", help="result file name (bench/results/NAME.json)")
+    parser.add_argument("--min-batch-interval", type=float, default=None,
+                        help="seconds (default: the pipeline's MIN_BATCH_INTERVAL)")
+    parser.add_argument("--polling-delay", default=None, help="spark.sql.streaming.pollingDelay (default: spark.py)")
     args = parser.parse_args()
+    options = {} if args.min_batch_interval is None else {"min_batch_interval": args.min_batch_interval}
+    conf = {} if args.polling_delay is None else {"spark.sql.streaming.pollingDelay": args.polling_delay}
     with tempfile.TemporaryDirectory(prefix="window-latency-") as tmp:
-        measured = run(args.windows, args.interval, args.warmup, Path(tmp))
-    print(f"pipeline start {measured['pipeline_start_seconds']} s, {measured['batches']} batches, "
-          f"last batch {measured['last_batch_seconds']} s {measured['last_batch_phases']}")
+        measured = run(args.windows, args.interval, args.warmup, Path(tmp), args.idle, options, conf)
+    measured = {"options": {**options, **conf}, **measured}
+    print(f"pipeline start {measured['pipeline_start_seconds']} s, {measured['measured_batches']} batches measured, "
+          f"median ms {measured['batch_median_ms']}, p90 {measured['batch_p90_ms']} ms; "
+          f"CPU cores idle {measured['idle_cpu_cores']}, ingesting {measured['ingest_cpu_cores']}")
     print(f"{'sequence':<22} {'n':>4} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for kind, row in measured["windows"].items():
         print(f"{kind + ' ' + row['ref']:<22} {row['n']:>4} {row['p50_ms']:>8} {row['p90_ms']:>8} "
               f"{row['p99_ms']:>8} {row['max_ms']:>8}")
-    path = write_json("window_latency", {"interval_seconds": args.interval,
-                                         "trigger_seconds": 0, **measured})
+    path = write_json(args.name, {"interval_seconds": args.interval, "trigger_seconds": 0, **measured})
     print(f"wrote {path}")
 
 

@@ -1,19 +1,23 @@
 """The continuous path (DESIGN §4): a Spark streaming query over every stream's element log that
 assigns elements to the windows of registered sequences and materializes complete windows as revisions.
 
-One micro-batch (``apply_batch``) does, for every stream that has new log records:
+One micro-batch (``apply_batch``) is, in the common case, ONE Spark job:
 
-1. one Spark job summarizes the batch per stream (max element ordinal and time, max punctuation time,
-   registration rows);
-2. the driver decides which sequences are *live* (their registration row has been read) and which have a
-   bound origin; a sequence that becomes assignable in this batch gets its *history* (elements at or
-   before its registration, read from the stream's index) assigned too;
-3. one Spark job assigns the batch's elements (and those histories) to windows with ``assign_windows``'s
-   per-sequence parts, folds them into ordinal runs per (stream, sequence, k) — gaps and islands:
-   ``ordinal − row_number()`` is constant along a run — and collects the runs;
+1. the driver lists the sequences that are assignable as of each stream's committed state (live — their
+   registration row has been read — with a bound origin) as a small literal table, and
+   ``assignment.assign_ranges`` runs one fixed-shape plan over the batch: every record once, every element
+   with the k range of each window sequence of its stream. The result is collected once, as Arrow;
+2. the driver summarizes the batch per stream from those rows (max element ordinal and time, max
+   punctuation time, registration rows), decides which sequences are live and which origins bind, and folds
+   the k ranges into ordinal runs per (stream, sequence, k) (``fold_runs``, vectorized gaps and islands);
+3. only in a batch where a sequence *becomes* assignable (its registration row is read, or its t0 binds):
+   a second job assigns it every element read so far, this batch's included, from the stream's index
+   (its history), through the same plan;
 4. the driver merges the runs into the open windows of ``PipelineState``, advances stream time and the
    watermark, materializes every window that became complete, and commits revisions and state per stream
-   (``WindowLog.commit`` is idempotent per batch id, so a replayed batch materializes nothing twice).
+   (``WindowLog.commit`` is idempotent per batch id, so a replayed batch materializes nothing twice);
+5. streams with a ``retention`` then expire the elements older than it that no open or next window of any
+   registered sequence can hold (``_expire``; the cut is durable, see ``Stream.expire_before``).
 
 Decisions are made only from what the pipeline has read (``PipelineState.seen``/``stream_time``), never
 from the stream's live index head, so a batch replayed after a crash decides exactly as before. The
@@ -36,17 +40,18 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from functools import reduce
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from concentrator.assignment import assign_one
+from concentrator.assignment import Runs as AssignedRuns
+from concentrator.assignment import assign_ranges, fold_runs, sequence_table
 from concentrator.element_source import start_element_pipeline, stop_element_pipeline
 from concentrator.spark import SparkSettings, spark_session
 from sparql_ext.windowing import WindowSpec, bounds, is_complete, window
@@ -59,11 +64,16 @@ log = logging.getLogger(__name__)
 #: Consecutive empty windows one sequence may emit in one batch before the rest of the empty stretch is
 #: skipped (a stream quiet for a day under a 1 s step would otherwise emit 86,400 empty revisions at once).
 MAX_EMPTY_RUN = 10_000
+#: Under a steady flow, a batch with data starts no sooner than this after the previous one (an isolated
+#: element still starts one at once): bounds the pipeline's CPU share while streams ingest fast, at the cost
+#: of up to this much latency then (see ``ElementLogReader.latestOffset``).
+MIN_BATCH_INTERVAL = 0.25
 _INDEX_CATCH_UP_SECONDS = 30.0  # the index is updated right after the log fsync: this is a safety net
 _MAX_BACKOFF_SECONDS = 60.0
 
 _HISTORY_SCHEMA = StructType([
-    StructField("stream", StringType()), StructField("ordinal", LongType()), StructField("t", LongType()),
+    StructField("stream", StringType()), StructField("kind", StringType()), StructField("ordinal", LongType()),
+    StructField("t", LongType()),
 ])
 
 
@@ -85,8 +95,8 @@ class _Plan:
     state: PipelineState
     summary: _Summary
     specs: dict[str, WindowSpec]  # live sequences with a bound origin (bound spec)
-    assign: list[tuple[str, WindowSpec, int | None, tuple[int, int] | None]] = field(default_factory=list)
-    # ^ (sequence, spec, live elements after this ordinal (None: all), history ordinal range or None)
+    history: list[tuple[str, WindowSpec, tuple[int, int]]] = field(default_factory=list)
+    # ^ sequences that became assignable in this batch: (sequence, bound spec, index ordinal range to assign)
 
 
 @dataclass
@@ -96,12 +106,13 @@ class PipelineStatus:
     batches: int = 0
     last_batch_id: int | None = None
     last_batch_seconds: float | None = None
-    last_batch_phases: dict[str, float] = field(default_factory=dict)  # seconds: summary, plan, assign, complete
+    last_batch_phases: dict[str, float] = field(default_factory=dict)  # seconds: job, plan, [history,] complete
     last_error: str | None = None
     last_error_at: float | None = None
     errors: int = 0
     restarts: int = 0
     windows_emitted: int = 0
+    expired_elements: int = 0
     skipped_empty_windows: dict[str, int] = field(default_factory=dict)  # "stream/sequence" -> windows
 
 
@@ -109,11 +120,12 @@ class WindowPipeline:
     """The Spark streaming query over ``<data_dir>/streams`` and its foreachBatch handler."""
 
     def __init__(self, catalog: StreamCatalog, data_dir: Path, settings: SparkSettings | None = None,
-                 *, trigger_seconds: float = 0.0) -> None:
+                 *, trigger_seconds: float = 0.0, min_batch_interval: float = MIN_BATCH_INTERVAL) -> None:
         self.catalog = catalog
         self.data_dir = data_dir
         self.settings = settings or SparkSettings()
         self.trigger_seconds = trigger_seconds
+        self.min_batch_interval = min_batch_interval
         self.root = data_dir / "streams"
         self.checkpoint = data_dir / "spark" / "checkpoint"
         self.ready = threading.Event()  # set once the query runs (session start takes seconds)
@@ -167,7 +179,7 @@ class WindowPipeline:
     def _start_query(self) -> StreamingQuery:
         assert self.spark is not None
         return start_element_pipeline(self.spark, self.root, self.checkpoint, self.apply_batch, self.trigger_seconds,
-                                      query_name=None)
+                                      query_name=None, min_batch_interval=self.min_batch_interval)
 
     def _supervise(self) -> None:
         """Restart the query after a failed batch (Spark re-runs that batch from the checkpoint)."""
@@ -224,7 +236,7 @@ class WindowPipeline:
             "batches": s.batches, "last_batch_id": s.last_batch_id, "last_batch_seconds": s.last_batch_seconds,
             "last_batch_phases": s.last_batch_phases,
             "last_error": s.last_error, "last_error_at": s.last_error_at, "errors": s.errors,
-            "restarts": s.restarts, "windows_emitted": s.windows_emitted,
+            "restarts": s.restarts, "windows_emitted": s.windows_emitted, "expired_elements": s.expired_elements,
             "skipped_empty_windows": s.skipped_empty_windows, "streams": streams,
         }
 
@@ -256,54 +268,72 @@ class WindowPipeline:
         """foreachBatch handler; see the module doc. Raises (after recording) when a stream fails."""
         began = time.monotonic()
         stream_name = "-"
-        batch_df = batch_df.persist()  # read the log slices once for both jobs
         try:
+            assignable = self._assignable(batch_id)
+            table = sequence_table((ident, name, spec) for name, specs in assignable.items()
+                                   for ident, spec in specs.items())
+            ranges = assign_ranges(batch_df, table).toArrow()  # the batch's one Spark job
+            phases = {"job": time.monotonic() - began}
             plans = []
-            summaries = self._summaries(batch_df)
-            phases = {"summary": time.monotonic() - began}
-            for stream_name, summary in summaries.items():
-                plan = self._plan(stream_name, summary, batch_id)
+            for stream_name, summary in _summaries(ranges).items():
+                plan = self._plan(stream_name, summary, batch_id, set(assignable.get(stream_name, {})))
                 if plan is not None:
                     plans.append(plan)
             stream_name = "-"
+            runs = fold_runs(ranges)
             phases["plan"] = time.monotonic() - began - sum(phases.values())
-            runs = self._assign(batch_df, plans)
-            phases["assign"] = time.monotonic() - began - sum(phases.values())
-            emitted = 0
+            if any(plan.history for plan in plans):
+                _merge_into(runs, self._assign_history(batch_df.sparkSession, plans))
+                phases["history"] = time.monotonic() - began - sum(phases.values())
+            emitted = expired = 0
             for plan in plans:
                 stream_name = plan.stream.config.name
                 emitted += self._complete(plan, runs.get(stream_name, {}), batch_id)
             phases["complete"] = time.monotonic() - began - sum(phases.values())
+            for plan in plans:
+                stream_name = plan.stream.config.name
+                expired += self._expire(plan.stream)
+            if expired:
+                phases["expire"] = time.monotonic() - began - sum(phases.values())
         except Exception as error:
             message = f"batch {batch_id}, stream {stream_name}: {type(error).__name__}: {error}"
             log.exception("window pipeline: %s", message)
             self._record_error(message)
             raise
-        finally:
-            batch_df.unpersist()
         with self._lock:
             self._status.batches += 1
             self._status.last_batch_id = batch_id
             self._status.last_batch_seconds = round(time.monotonic() - began, 4)
             self._status.last_batch_phases = {name: round(seconds, 4) for name, seconds in phases.items()}
             self._status.windows_emitted += emitted
+            self._status.expired_elements += expired
 
-    def _summaries(self, batch_df: DataFrame) -> dict[str, _Summary]:
-        """Job 1: per stream, the batch's max element ordinal/time, max punctuation and registrations."""
-        kind = F.col("kind")
-        micros = F.unix_micros("time")
-        rows = batch_df.groupBy("stream").agg(
-            F.max(F.when(kind == "element", F.col("ordinal"))).alias("max_ordinal"),
-            F.max(F.when(kind == "element", micros)).alias("max_time"),
-            F.max(F.when(kind == "punctuation", micros)).alias("max_punctuation"),
-            F.collect_list(F.when(kind == "registration", F.struct("position", "sequence", "ordinal"))).alias("regs"),
-        ).collect()
-        return {row["stream"]: _Summary(row["max_ordinal"], row["max_time"], row["max_punctuation"],
-                                        sorted((r["position"], r["sequence"], r["ordinal"] or 0) for r in row["regs"]))
-                for row in rows}
+    def _assignable(self, batch_id: int) -> dict[str, dict[str, WindowSpec]]:
+        """Per stream, the sequences Spark assigns this batch's elements to: those live with a bound origin
+        as of the stream's committed state (a sequence that becomes assignable in this batch gets all of its
+        elements, this batch's included, from the index instead; see ``_plan``). Time-width, count-step
+        sequences are placed by the driver (``_materialize``) and left out."""
+        result: dict[str, dict[str, WindowSpec]] = {}
+        for name in self.catalog.names():
+            stream = self.catalog.find(name)
+            if stream is None:
+                continue
+            state = stream.windows.state
+            if state.batch >= batch_id:
+                continue
+            specs = {}
+            for sequence in stream.windows.sequences():
+                spec = _bound_spec(sequence.spec, state, sequence.id)
+                if sequence.id in state.next_index and spec is not None and spec.kind == spec.step_kind:
+                    specs[sequence.id] = spec
+            if specs:
+                result[name] = specs
+        return result
 
-    def _plan(self, name: str, summary: _Summary, batch_id: int) -> _Plan | None:
-        """Driver: liveness, origins and histories of one stream's sequences for this batch."""
+    def _plan(self, name: str, summary: _Summary, batch_id: int, assigned: set[str]) -> _Plan | None:
+        """Driver: liveness, origins and histories of one stream's sequences for this batch.
+
+        ``assigned``: the sequences whose assignments the batch job computed (``_assignable``)."""
         stream = self.catalog.find(name)
         if stream is None:  # deleted (or not opened by this server): its records mean nothing now
             log.debug("batch %d: skipping unknown stream %s", batch_id, name)
@@ -315,82 +345,57 @@ class WindowPipeline:
                 lambda: stream.head() >= summary.max_ordinal, _INDEX_CATCH_UP_SECONDS):
             raise RuntimeError(f"the index of stream {name} stays behind its log (head {stream.head()}, "
                                f"log has element {summary.max_ordinal})")
-        seen_before = state.seen
         state.seen = max(state.seen, summary.max_ordinal or 0)
-        registered_now: dict[str, int] = {}
-        for _, ident, h in summary.registrations:
+        for _, ident, _h in summary.registrations:
             sequence = stream.windows.sequence(ident)
             if sequence is None:
                 log.warning("batch %d, stream %s: registration of unknown sequence %s", batch_id, name, ident)
                 continue
             if ident not in state.next_index:
                 state.next_index[ident] = sequence.spec.first
-                registered_now[ident] = h
         plan = _Plan(stream, state, summary, {})
         for sequence in stream.windows.sequences():
             ident = sequence.id
             if ident not in state.next_index:
                 continue  # registration row not read yet: not live
-            spec = sequence.spec
-            bound_now = False
-            if spec.origin is None:
-                if ident in state.origins:
-                    spec = replace(spec, origin=state.origins[ident])
-                elif spec.anchor is not None and spec.anchor <= state.seen and (
-                        (t0 := stream.time_of(spec.anchor)) is not None):
-                    state.origins[ident] = t0
-                    spec = replace(spec, origin=t0)
-                    bound_now = True
-                else:
-                    continue  # pending: nothing can be assigned yet
+            spec = _bound_spec(sequence.spec, state, ident)
+            if spec is None and sequence.spec.anchor is not None and sequence.spec.anchor <= state.seen and (
+                    (t0 := stream.time_of(sequence.spec.anchor)) is not None):
+                state.origins[ident] = t0
+                spec = replace(sequence.spec, origin=t0)
+            if spec is None:
+                continue  # pending: nothing can be assigned yet
             plan.specs[ident] = spec
             if spec.kind != spec.step_kind:
                 continue  # time width, count step: membership is computed at completion (see _materialize)
-            if ident in registered_now or bound_now:
-                # Elements up to here were read before the sequence could take them: its history.
-                last = registered_now.get(ident, seen_before)
-                plan.assign.append((ident, spec, last, _history_range(spec, stream, last)))
-            else:
-                plan.assign.append((ident, spec, None, None))
+            if ident not in assigned:
+                # Became assignable in this batch (registration read, or t0 bound): every element read so
+                # far, this batch's included, is its history, assigned from the index.
+                history = _history_range(spec, stream, state.seen)
+                if history is not None:
+                    plan.history.append((ident, spec, history))
         return plan
 
-    def _assign(self, batch_df: DataFrame, plans: list[_Plan]) -> dict[str, dict[str, dict[int, list[list[int]]]]]:
-        """Job 2: window assignment of all streams' sequences, folded into runs; stream -> seq -> k -> runs."""
-        elements = batch_df.where(F.col("kind") == "element").select("stream", "ordinal", "time")
-        parts: list[DataFrame] = []
+    def _assign_history(self, spark: SparkSession, plans: list[_Plan]) -> AssignedRuns:
+        """A second job, only in a batch where a sequence becomes assignable: its history from the index,
+        through the same plan as the batch (a local frame instead of the source)."""
+        frames = []
+        registrations = []
         for plan in plans:
+            if not plan.history:
+                continue
             name = plan.stream.config.name
-            for ident, spec, after, history in plan.assign:
-                live = elements if after is None else elements.where(F.col("ordinal") > F.lit(after))
-                part = assign_one(live, ident, name, spec)
-                if part is not None:
-                    parts.append(part)
-                if history is not None:
-                    past = self._history_frame(batch_df.sparkSession, plan.stream, history)
-                    part = assign_one(past, ident, name, spec)
-                    if part is not None:
-                        parts.append(part)
-        result: dict[str, dict[str, dict[int, list[list[int]]]]] = {}
-        if not parts:
-            return result
-        assigned = reduce(DataFrame.unionByName, parts)
-        order = Window.partitionBy("stream", "sequence", "k").orderBy("ordinal")
-        islands = assigned.withColumn("_island", F.col("ordinal") - F.row_number().over(order))
-        runs = islands.groupBy("stream", "sequence", "k", "_island").agg(
-            F.min("ordinal").alias("first"), F.max("ordinal").alias("last"))
-        for row in runs.select("stream", "sequence", "k", "first", "last").collect():
-            by_k = result.setdefault(row["stream"], {}).setdefault(row["sequence"], {})
-            by_k.setdefault(row["k"], []).append([row["first"], row["last"]])
-        return result
-
-    @staticmethod
-    def _history_frame(spark: SparkSession, stream: Stream, history: tuple[int, int]) -> DataFrame:
-        """The index's elements ``history`` (ordinals, inclusive) as an element frame, through Arrow."""
-        found = stream.elements(*history)
-        frame = pd.DataFrame({"stream": [stream.config.name] * len(found),
-                              "ordinal": [e.ordinal for e in found], "t": [e.time for e in found]})
-        df = spark.createDataFrame(frame, _HISTORY_SCHEMA)
-        return df.select("stream", "ordinal", F.timestamp_micros("t").alias("time"))
+            first = min(history[0] for _, _, history in plan.history)
+            last = max(history[1] for _, _, history in plan.history)
+            found = plan.stream.elements(first, last)  # one copy per stream: its fresh sequences share it
+            frames.append(pd.DataFrame({"stream": name, "kind": "element", "ordinal": [e.ordinal for e in found],
+                                        "t": [e.time for e in found]}))
+            registrations.extend((ident, name, spec) for ident, spec, _ in plan.history)
+        frame = pd.concat(frames, ignore_index=True)
+        df = spark.createDataFrame(frame, _HISTORY_SCHEMA).selectExpr(
+            "stream", "kind", "ordinal", "timestamp_micros(t) AS time", "CAST(NULL AS BIGINT) AS position",
+            "CAST(NULL AS STRING) AS sequence")
+        return fold_runs(assign_ranges(df, sequence_table(registrations)).toArrow())
 
     def _complete(self, plan: _Plan, runs: dict[str, dict[int, list[list[int]]]], batch_id: int) -> int:
         """Merge runs, advance time, materialize complete windows and commit; returns windows emitted."""
@@ -455,6 +460,30 @@ class WindowPipeline:
             state.open.pop(ident, None)
         return out
 
+    def _expire(self, stream: Stream) -> int:
+        """Retention (DESIGN: elements older than every registered window and the retention expire): after
+        the batch's windows are committed, drop the oldest elements whose time is below the stream time
+        minus ``config.retention`` and that no open or future window of any registered sequence can hold.
+        Decided from the committed pipeline state only; returns how many elements expired."""
+        retention = stream.config.retention
+        state = stream.windows.state
+        if retention is None or state.stream_time is None or stream.first_ordinal > state.seen:
+            return 0
+        bound = _expiry_bound(stream, state)
+        if bound is None:
+            return 0
+        limit, threshold = bound
+        threshold = min(threshold, state.stream_time - retention)
+        cut = stream.first_ordinal
+        limit = min(limit, state.seen + 1)  # never what the pipeline has not read (and assigned) yet
+        while cut < limit and (t := stream.time_of(cut)) is not None and t < threshold:
+            cut += 1
+        if cut <= stream.first_ordinal:
+            return 0
+        count = stream.expire_before(cut)
+        log.debug("stream %s: expired %d elements below ordinal %d", stream.config.name, count, cut)
+        return count
+
     @staticmethod
     def _is_complete(spec: WindowSpec, k: int, stream: Stream, state: PipelineState) -> bool:
         """``windowing.is_complete`` with the pipeline's own head (count windows), for deterministic replays."""
@@ -477,6 +506,45 @@ class WindowPipeline:
         return max(k, target if limit is None else min(target, limit))
 
 
+def _summaries(ranges: pa.Table) -> dict[str, _Summary]:
+    """Per stream, the batch's max element ordinal/time, max punctuation and registrations, from the rows
+    of the batch job (an element appears once per sequence of its stream: harmless for maxima)."""
+    result: dict[str, _Summary] = {}
+    if ranges.num_rows == 0:
+        return result
+    rows = ranges.select(["stream", "kind", "ordinal", "t", "position", "sequence"])
+    grouped = rows.group_by(["stream", "kind"]).aggregate([("ordinal", "max"), ("t", "max")]).to_pylist()
+    for row in grouped:
+        summary = result.setdefault(row["stream"], _Summary(None, None, None, []))
+        if row["kind"] == "element":
+            summary.max_ordinal, summary.max_time = row["ordinal_max"], row["t_max"]
+        elif row["kind"] == "punctuation":
+            summary.max_punctuation = row["t_max"]
+    registrations = rows.filter(pc.equal(rows.column("kind"), "registration")).to_pylist()
+    for row in registrations:
+        result[row["stream"]].registrations.append((row["position"], row["sequence"], row["ordinal"] or 0))
+    for summary in result.values():
+        summary.registrations.sort()
+    return result
+
+
+def _bound_spec(spec: WindowSpec, state: PipelineState, ident: str) -> WindowSpec | None:
+    """The spec with the origin the pipeline bound (``None`` while it is pending)."""
+    if spec.origin is not None:
+        return spec
+    if ident in state.origins:
+        return replace(spec, origin=state.origins[ident])
+    return None
+
+
+def _merge_into(runs: AssignedRuns, more: AssignedRuns) -> None:
+    for stream, sequences in more.items():
+        for ident, by_k in sequences.items():
+            into = runs.setdefault(stream, {}).setdefault(ident, {})
+            for k, new in by_k.items():
+                into[k] = _merge_runs(into.get(k, []), new)
+
+
 def _history_range(spec: WindowSpec, stream: Stream, last: int) -> tuple[int, int] | None:
     """Ordinals of the index to assign as history: from the first window's start up to ``last``."""
     if last < 1:
@@ -494,6 +562,50 @@ def _history_range(spec: WindowSpec, stream: Stream, last: int) -> tuple[int, in
         lo = (before or 0) + 1
     lo = max(lo, stream.first_ordinal)
     return (lo, last) if lo <= last else None
+
+
+def _expiry_bound(stream: Stream, state: PipelineState) -> tuple[int, int] | None:
+    """(ordinal, time): every element still needed by an open window or by the next window of a registered
+    sequence (live or not yet read) has an ordinal ≥ the first and a time ≥ the second; ``None`` if nothing
+    may expire (a sequence whose anchor the index must still resolve)."""
+    assert state.stream_time is not None
+    limit, threshold = stream.head() + 1, state.stream_time
+    for by_k in state.open.values():
+        for runs in by_k.values():
+            limit = min([limit] + [first for first, _ in runs])
+    # A window whose start is not known yet starts after a time the stream has not reached (its anchor is
+    # still to come, and elements come at most `lateness` late): (stream time − lateness, …) forward,
+    # (… − width, …] backward.
+    for sequence in stream.windows.sequences():
+        spec = sequence.spec
+        k = state.next_index.get(sequence.id, spec.first)
+        if spec.count is not None and k >= spec.first + spec.count:
+            continue  # finished: needs nothing
+        unknown = state.stream_time - stream.config.lateness - spec.width + 1
+        if spec.kind == "count":
+            assert spec.origin is not None
+            limit = min(limit, max(1, spec.origin + k * spec.step))
+            continue
+        if spec.step_kind == "count":
+            if spec.anchor is None:
+                # a dateTime anchor: bounds() finds o0 as the element after the last one before t0 — keep that one
+                assert spec.origin is not None
+                before = stream.last_at_or_before(spec.origin - 1)
+                if before is None and stream.first_ordinal > 1:
+                    return None
+                limit = min(limit, before or limit)
+            window_bounds = bounds(spec, k, stream)
+            start = None if window_bounds is None else window_bounds[0]
+        else:
+            origin = _bound_spec(spec, state, sequence.id)
+            t0 = origin.origin if origin is not None else (
+                None if spec.anchor is None else stream.time_of(spec.anchor))
+            start = None if t0 is None else t0 + k * spec.step - (spec.width if spec.backward else 0)
+        if start is None:
+            threshold = min(threshold, unknown)
+        else:  # forward windows hold [start, …), backward (start, …]
+            threshold = min(threshold, start + 1 if spec.backward else start)
+    return limit, threshold
 
 
 def _merge_runs(old: Iterable[list[int]], new: Iterable[list[int]]) -> list[list[int]]:

@@ -421,9 +421,14 @@ class Stream:
             if end < len(data):  # a torn last line: the process died while appending it
                 with self._log_path.open("r+b") as log:
                     log.truncate(end)
+            expired = self.directory / "expired.json"  # the retention cut (expire_before)
+            before = json.loads(expired.read_text())["before"] if expired.exists() else 1
+            self.first_ordinal = before
             for line in data[:end].splitlines():
                 entry = json.loads(line)
-                if "o" in entry:
+                if "o" in entry and entry["o"] < before:  # expired: its graphs are gone from the store
+                    self.stream_time = entry["t"] if self.stream_time is None else max(self.stream_time, entry["t"])
+                elif "o" in entry:
                     self._index(entry["o"], entry["t"], entry["g"], entry["c"])
                 elif "p" in entry:
                     self._index(0, entry["p"], "", entry["c"])
@@ -443,11 +448,14 @@ class Stream:
     # -- expiry -------------------------------------------------------------------------------
 
     def expire_before(self, ordinal: int) -> int:
-        """Drop elements with ordinals below ``ordinal`` (retention); returns how many."""
+        """Drop elements with ordinals below ``ordinal`` (retention); returns how many.
+
+        The cut is made durable first (``expired.json``, honoured by ``_recover``), then the graphs go."""
         with self._changed:
             count = max(0, min(ordinal, self.head() + 1) - self.first_ordinal)
             if count == 0:
                 return 0
+            write_json(self.directory / "expired.json", {"before": self.first_ordinal + count})
             dropped = self._graphs[:count]
             first = self.first_ordinal
             del self._times[:count], self._graphs[:count], self._commits[:count]

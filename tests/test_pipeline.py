@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,7 +24,7 @@ from pyoxigraph import Literal, NamedNode, Quad  # noqa: E402
 from concentrator.element_source import SCHEMA  # noqa: E402
 from concentrator.pipeline import MAX_EMPTY_RUN, WindowPipeline  # noqa: E402
 from concentrator.spark import SparkSettings, spark_session  # noqa: E402
-from sparql_ext.windowing import resolve, windows  # noqa: E402
+from sparql_ext.windowing import ListIndex, resolve, windows  # noqa: E402
 from sparql_ext.windowref import parse_window_ref  # noqa: E402
 from store.elements import ParsedElement  # noqa: E402
 from store.stream import Stream, StreamConfig, format_micros  # noqa: E402
@@ -421,3 +422,63 @@ def test_failed_batch_is_recorded_and_retried(env: Env) -> None:
     assert failures and f"batch {failures[0]}, stream {stream.config.name}" in status["last_error"]
     assert "injected failure" in status["last_error"] and status["restarts"] == restarts + 1
     assert got(stream, seq) == [(0, hm("10:00"), hm("10:01"), (1,)), (1, hm("10:01"), hm("10:02"), (2,))]
+
+
+# ---------------------------------------------------------------------------------------------- retention
+
+
+def test_retention_expires_old_elements_and_survives_a_restart(tmp_path: Path, env: Env) -> None:
+    # 30 elements 20 s apart (10:00:00 … 10:09:40 = ordinals 1..30), retention 2 min, two sequences
+    # registered after the first element: 1-minute tumbling windows and 3-element count windows sliding by 1.
+    # Punctuation 10:10 completes time windows 0..9 (next: [10:10, 10:11)); count windows end at ordinal 30
+    # (next: ordinals 29..31). Elements older than 10:08 (stream time − retention: ordinals 1..24) expire;
+    # 25 on (10:08:00) stay, and every window still equals the reference over the full stream.
+    catalog = StreamCatalog(tmp_path / "streams")
+    stream = catalog.put(StreamConfig("retained", retention=2 * M))[0]
+    times = [T0 + i * 20 * S for i in range(30)]
+    add(stream, times[0])
+    sequences = [register(stream, "R/HEAD/PT01M"), register(stream, "R/HEAD~2/HEAD/1")]
+    full = ListIndex.of_times(times)
+
+    def check(pipeline: WindowPipeline, cut: int) -> None:
+        assert pipeline.wait_caught_up(stream, WAIT), pipeline.status()
+        deadline = time.monotonic() + WAIT  # expiry follows the commit of the batch's windows
+        while stream.first_ordinal != cut and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert stream.first_ordinal == cut
+        for sequence in sequences:
+            expected = [(w.index, w.start, w.end, w.elements)
+                        for w in windows(sequence.spec, full, stream.windows.state.watermark)]
+            assert got(stream, sequence) == expected and expected
+
+    pipeline = WindowPipeline(catalog, tmp_path, SparkSettings(app_name="test-pipeline"))
+    pipeline.start()
+    try:
+        add(stream, *times[1:])
+        stream.punctuate(hm("10:10"))
+        stream.flush()
+        check(pipeline, 25)
+    finally:
+        pipeline.stop()
+    assert stream.time_of(24) is None and stream.time_of(25) == times[24] and stream.head() == 30
+    assert not list(stream.store.quads_for_pattern(None, None, None, NamedNode(f"urn:e:retained:{times[0]}")))
+    assert pipeline.status()["expired_elements"] == 24
+    catalog.close()
+
+    # Restart: the index is rebuilt from the log, which still has every line; the cut holds.
+    catalog = StreamCatalog(tmp_path / "streams")
+    stream = catalog.get("retained")
+    assert (stream.first_ordinal, stream.head(), len(stream), stream.time_of(24)) == (25, 30, 6, None)
+    assert stream.stream_time == hm("10:10")
+    times += [T0 + i * 20 * S for i in range(31, 46)]  # 10:10:20 … 10:15:00 = ordinals 31..45
+    full = ListIndex.of_times(times)
+    pipeline = WindowPipeline(catalog, tmp_path, SparkSettings(app_name="test-pipeline"))
+    pipeline.start()
+    try:
+        add(stream, *times[30:])
+        stream.punctuate(hm("10:16"))
+        stream.flush()
+        check(pipeline, 42)  # older than 10:14: ordinals up to 41 (10:13:40); count windows need 44 on
+    finally:
+        pipeline.stop()
+        catalog.close()

@@ -317,3 +317,35 @@ def test_time_width_with_count_step_is_left_to_the_caller(spark: SparkSession) -
 def test_no_sequences_gives_an_empty_frame(spark: SparkSession) -> None:
     out = assign_windows(_batch(spark), [])
     assert out.columns == ["sequence", "stream", "k", "ordinal", "time"] and out.count() == 0
+
+
+def _via_spark_window(elements: DataFrame, spec: Spec) -> DataFrame:
+    """(k, ordinal) of a time spec through Spark's own ``functions.window`` (literal durations, one plan per
+    spec): windows [start, start + width) with start ≡ t0 (mod step), k = (start − t0) / step. Backward
+    windows (end − width, end] are [start, end) of ``time − 1 µs``."""
+    from pyspark.sql import functions as F
+
+    t0, width, step = spec.origin, spec.width, spec.step
+    assert t0 is not None and step <= width  # window() refuses a slide longer than the duration
+    start_time = (t0 - width) % step if spec.backward else t0 % step
+    shifted = F.timestamp_micros(F.unix_micros("time") - 1) if spec.backward else F.col("time")
+    windowed = elements.where("kind = 'element'").withColumn(
+        "_w", F.window(shifted, f"{width} microseconds", f"{step} microseconds", f"{start_time} microseconds"))
+    anchor = F.unix_micros("_w.start") + (width if spec.backward else 0)  # window k's start (end if backward)
+    k = ((anchor - F.lit(t0)) / F.lit(step)).cast("long")
+    return windowed.select(k.alias("k"), "ordinal").where(F.col("k") >= spec.first)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_time_arithmetic_equals_spark_window(spark: SparkSession, backward: bool) -> None:
+    """The data-driven arithmetic computes the windows Spark's ``window()`` computes (fixed spec, t0 not
+    aligned, width not a multiple of the step, elements on and around every boundary)."""
+    spec = Spec("time", backward, at(10, 0, 7), 150 * S, M, "time", 1 if backward else 0, None)
+    base = datetime(1970, 1, 1, tzinfo=UTC)
+    offsets = sorted({b + d for b in range(-200 * S, 600 * S, 10 * S) for d in (-1, 0, 1)})
+    rows = [("a", "element", o, base + timedelta(microseconds=spec.origin + off), None, None, None, 0, o)
+            for o, off in enumerate(offsets, start=1)]
+    batch = spark.createDataFrame(rows, SCHEMA)
+    ours = {(r.k, r.ordinal) for r in assign_windows(batch, [("s", "a", spec)]).collect()}
+    theirs = {(r.k, r.ordinal) for r in _via_spark_window(batch, spec).collect()}
+    assert ours == theirs and len(ours) > len(rows)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from urllib.parse import urljoin
 
 from sparql_ext.errors import ProtocolConflict, QuerySyntaxError
+from sparql_ext.iris import resolve_iri
 from sparql_ext.lexer import Kind, Token, matching_close, tokenize
 
 DEFAULT_GRAPH = ""  # the store's default graph in graph sets below
@@ -44,7 +44,7 @@ class _Context:
     def iri(self, token: Token) -> str:
         if token.kind is Kind.IRI:
             value = token.text[1:-1]
-            return urljoin(self.base, value) if self.base else value
+            return resolve_iri(self.base, value)
         if token.kind is Kind.PNAME:
             prefix, _, local = token.text.partition(":")
             if prefix not in self.prefixes:

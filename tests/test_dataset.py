@@ -150,3 +150,17 @@ def test_history_survives_restart(tmp_path: Path) -> None:
     again = RevisionedDataset(tmp_path / "d")
     assert again.head == 2 and again.resolve(str(uuid_1)) == 1
     assert objects(again, 1) == {"a"} and objects(again) == {"b"}
+
+
+def test_update_on_a_graph_named_with_a_hash_namespace_keeps_exact_history(dataset: RevisionedDataset) -> None:
+    # ex:g is <http://ex.org/ns#g>: resolving the prefix against the base must keep the '#', or the
+    # update would snapshot the wrong graph and record a wrong delta (found while writing issue 4).
+    update = ('PREFIX ex: <http://ex.org/ns#> INSERT DATA { GRAPH ex:g { <http://ex/s> <http://ex/p> "%s" } } ;'
+              'DELETE DATA { GRAPH ex:g { <http://ex/s> <http://ex/p> "%s" } }')
+    dataset.update('PREFIX ex: <http://ex.org/ns#> INSERT DATA { GRAPH ex:g { <http://ex/s> <http://ex/p> "a" } }',
+                   base_iri="http://localhost/sparql")
+    commit = dataset.update(update % ("b", "a"), base_iri="http://localhost/sparql")
+    assert (commit.revision.inserted, commit.revision.deleted) == (1, 1)
+    graph = NamedNode("http://ex.org/ns#g")
+    assert {q.object.value for q in dataset.graph_quads(graph)} == {"b"}
+    assert {q.object.value for q in dataset.graph_quads(graph, 1)} == {"a"}

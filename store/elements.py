@@ -15,6 +15,7 @@ from typing import IO
 
 from pyoxigraph import BlankNode, DefaultGraph, Literal, NamedNode, Quad, RdfFormat, parse
 
+from sparql_ext.windowing import to_micros
 from store.errors import ElementRejected, RdfSyntaxError
 
 PROV_GENERATED_AT_TIME = "http://www.w3.org/ns/prov#generatedAtTime"
@@ -39,12 +40,6 @@ class ParsedElement:
         return not self.quads and self.time is not None
 
 
-def micros(value: datetime) -> int:
-    """Microseconds since the epoch of an aware datetime, exactly (no float rounding)."""
-    delta = value - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
 def parse_timestamp(lexical: str, where: str) -> int:
     """An xsd:dateTimeStamp lexical form (timezone required) as µs since the epoch."""
     try:
@@ -56,7 +51,7 @@ def parse_timestamp(lexical: str, where: str) -> int:
             f"{where}: timestamp {lexical!r} has no timezone (the distinct time-series profile needs "
             "xsd:dateTimeStamp: add 'Z' or an offset)"
         )
-    return micros(value)
+    return to_micros(value)
 
 
 class _CountingReader:
@@ -177,4 +172,3 @@ def single_element(source: IO[bytes], rdf_format: RdfFormat, graph: ElementName,
     return element
 
 
-_EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")

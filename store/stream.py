@@ -261,7 +261,7 @@ class Stream:
         self._raise_failure()
         graph = str(element.graph)
         with self._accept_lock:
-            label = f"element {self._accepted_head + 1} (graph {graph})"
+            label = _ElementLabel(self._accepted_head + 1, graph)
             if graph.startswith("<" + RESERVED_PREFIX):
                 raise ElementRejected(f"{label}: graph names under {RESERVED_PREFIX} are reserved")
             time = element.time
@@ -482,6 +482,17 @@ class Stream:
     def remove(self) -> None:
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _ElementLabel:
+    """"element N (graph G)" for refusals, formatted only when one is raised (accept is per element)."""
+
+    ordinal: int
+    graph: str
+
+    def __str__(self) -> str:
+        return f"element {self.ordinal} (graph {self.graph})"
 
 
 def format_micros(value: int) -> str:

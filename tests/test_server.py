@@ -2,48 +2,20 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from conformance.server import running_server
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data = tmp_path_factory.mktemp("server") / "data"
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "concentrator", "serve", "--data", str(data), "--host",
-         "127.0.0.1", "--port", str(port), "--max-body-bytes", "2m"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            requests.get(base + "/status", timeout=1)
-            break
-        except requests.ConnectionError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                raise RuntimeError("the server did not start") from None
-            time.sleep(0.2)
-    yield base
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    with running_server(["--max-body-bytes", "2m", "--no-pipeline"], data_dir=data) as running:
+        yield running.url
     assert Path(data, "store").exists()  # on disk, in the data directory
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import urljoin
 
 from sparql_ext.errors import QuerySyntaxError, RevisionSyntaxError, WindowRefSyntaxError
+from sparql_ext.iris import resolve_iri
 from sparql_ext.lexer import Kind, Token, tokenize
 from sparql_ext.revision import RevisionDesignator, parse_revision
 from sparql_ext.windowref import WindowRef, parse_window_ref
@@ -327,11 +327,7 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
 
 
 def _resolve(base: str | None, value: str) -> str:
-    """RFC 3986 resolution; urljoin alone drops an empty fragment, as in ``<http://www.w3.org/2001/XMLSchema#>``."""
-    if base is None or _SCHEME.match(value):
-        return value
-    joined = urljoin(base, value)
-    return joined + "#" if value.endswith("#") and not joined.endswith("#") else joined
+    return resolve_iri(base, value)
 
 
 def _expect(ctx: _Context, index: int, kind: Kind) -> Token:

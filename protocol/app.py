@@ -6,11 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import requests
 from flask import Flask
 
 from protocol import gsp, sparql, status, streams
 from protocol.errors import register_error_handlers
 from store import RevisionedDataset
+from store.evaluation import ExtendedEvaluator
 from store.streams import StreamCatalog
 
 
@@ -31,6 +33,8 @@ def create_app(config: ServerConfig, dataset: RevisionedDataset | None = None,
         config.data_dir, in_memory=config.in_memory, retention=config.retention)
     app.extensions["streams"] = streams_catalog or StreamCatalog(
         config.data_dir / "streams", in_memory=config.in_memory)
+    app.extensions["evaluator"] = ExtendedEvaluator(
+        app.extensions["dataset"], app.extensions["streams"], [], requests.Session())
     app.extensions["pipeline_status"] = pipeline_status or (lambda: {"state": "not running"})
     for blueprint in (sparql.bp, gsp.bp, status.bp, streams.bp):
         app.register_blueprint(blueprint)

@@ -15,7 +15,7 @@ from protocol.errors import BadRequest, HttpProblem, NotAcceptable, UnsupportedM
 from protocol.incremental import available_reader, drain
 from protocol.negotiation import BODY_FORMATS, DATASET_FORMATS, best_media_type, body_media_type, is_utf8
 from protocol.responses import empty_response, spooled_response
-from protocol.sparql import FORM, run_query
+from protocol.sparql import FORM, is_extended, run_query, serialize_result
 from protocol.stream_params import (
     duration_micros,
     is_service_identification,
@@ -28,7 +28,8 @@ from sparql_ext.windowref import parse_window_ref
 from store import StoreError
 from store.elements import ElementFramer, single_element
 from store.errors import RevisionNotFound, StreamNotFound
-from store.selection import SelectedWindow, bounds_headers, revision_ordinals, select_window
+from store.evaluation import QueryTarget
+from store.selection import SelectedWindow, bounds_headers, revision_ordinals, revision_selection, select_window
 from store.stream import Stream, StreamConfig, format_micros, now_micros
 from store.streams import StreamCatalog
 from store.windows import WindowRevision
@@ -299,11 +300,16 @@ def _query(stream: Stream, windows: str | None, text: str) -> Response:
         raise BadRequest("a stream IRI fixes the dataset (its window's elements): default-graph-uri and "
                          "named-graph-uri do not apply")
     if windows is None:
-        selected = SelectedWindow(_revision_ordinals(stream))
+        selected = revision_selection(stream, revision_parameter())
     else:
         selected = _select_window(stream, windows)
     defaults, named = stream.dataset_graphs(selected.ordinals)
-    spool, mimetype = run_query(stream.store, text, defaults, named)
+    if is_extended(text, request.base_url):  # THEN(), WINDOWS, REVISION, SERVICE over the window
+        evaluator = current_app.extensions["evaluator"].with_local_bases([request.host_url.rstrip("/")])
+        target = QueryTarget(stream.store, defaults, named, selected.commit, request.base_url, None, stream)
+        spool, mimetype = serialize_result(evaluator.query(text, target))
+    else:
+        spool, mimetype = run_query(stream.store, text, defaults, named)
     return spooled_response(spool, mimetype, selected.headers)
 
 

@@ -106,6 +106,13 @@ def test_revision_variable_bound_per_solution(client: FlaskClient) -> None:
                     {"c": "<urn:c2>", "r": _int(2), "st": '"final"'}]
 
 
+def test_revision_of_a_stream_is_its_elements_up_to_it(client: FlaskClient) -> None:
+    # inside SERVICE <stream>, REVISION 2 is the stream after element 2 (a, b): two element graphs
+    rows = select(client, f"SELECT ?n WHERE {{ SERVICE <{HOST}/streams/hr> {{ REVISION 2 {{ "
+                          "SELECT (COUNT(?g) AS ?n) WHERE { GRAPH ?g {} } } } }")
+    assert rows == [{"n": _int(2)}]
+
+
 # --- WINDOWS and THEN() ---------------------------------------------------------------------------------------------
 
 def test_windows_over_a_stream(app: Flask, client: FlaskClient) -> None:

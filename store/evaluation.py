@@ -123,8 +123,10 @@ class ExtendedEvaluator:
 
     def __init__(self, dataset: RevisionedDataset, catalog: StreamCatalog, local_bases: list[str],
                  http: HttpSession | None = None, *, window_timeout: float = 30.0,
-                 http_timeout: float = 60.0) -> None:
+                 http_timeout: float = 60.0, pins: dict[tuple[str, str], SelectedWindow] | None = None) -> None:
         self.dataset = dataset
+        # (stream name, canonical repeating WindowRef) -> the window to use instead of the latest (rules)
+        self.pins = pins or {}
         self.catalog = catalog
         self.local_bases = [base.rstrip("/") for base in local_bases]
         self.http = http  # None: SERVICE to other endpoints fails (SILENT: no solutions)
@@ -134,7 +136,22 @@ class ExtendedEvaluator:
     def with_local_bases(self, local_bases: list[str]) -> ExtendedEvaluator:
         """The same evaluator for a request arriving at other base IRIs (e.g. ``request.host_url``)."""
         return ExtendedEvaluator(self.dataset, self.catalog, local_bases, self.http,
-                                 window_timeout=self.window_timeout, http_timeout=self.http_timeout)
+                                 window_timeout=self.window_timeout, http_timeout=self.http_timeout, pins=self.pins)
+
+    def for_rule(self, local_bases: list[str], pins: dict[tuple[str, str], SelectedWindow]) -> ExtendedEvaluator:
+        """The evaluator a rule firing uses: repeating refs named in ``pins`` resolve to the pinned window,
+        the others to their latest complete window without waiting."""
+        return ExtendedEvaluator(self.dataset, self.catalog, local_bases, self.http, window_timeout=0.0,
+                                 http_timeout=self.http_timeout, pins=pins)
+
+    def _window_of(self, stream: Stream, text: str) -> SelectedWindow:
+        if self.pins:
+            from sparql_ext.windowref import parse_window_ref
+
+            pinned = self.pins.get((stream.config.name, str(parse_window_ref(text))))
+            if pinned is not None:
+                return pinned
+        return select_window(stream, text, self.window_timeout)
 
     # -- entry point ------------------------------------------------------------------------------------
 
@@ -241,8 +258,7 @@ class ExtendedEvaluator:
         if target.stream is None:
             raise QueryFailed(f"WINDOWS {text}: the dataset being queried is not a stream (query a stream IRI, "
                               "or use SERVICE <…/streams/NAME?WINDOWS=…>)")
-        return self._stream_target(target.stream, select_window(target.stream, text, self.window_timeout),
-                                   target.base_iri)
+        return self._stream_target(target.stream, self._window_of(target.stream, text), target.base_iri)
 
     @staticmethod
     def _stream_target(stream: Stream, selected: SelectedWindow, base_iri: str | None) -> QueryTarget:
@@ -269,7 +285,7 @@ class ExtendedEvaluator:
         if windows is None:
             selected = revision_selection(stream, None)
         else:
-            selected = select_window(stream, windows, self.window_timeout)
+            selected = self._window_of(stream, windows)
         return self._stream_target(stream, selected, iri)
 
     def _service(self, part: ExtensionPart, iri: str, target: QueryTarget) -> list[Row]:

@@ -15,6 +15,7 @@ from sparql_ext.windowing import WindowNotResolvable, is_complete, resolve, to_m
 from sparql_ext.windowref import parse_window_ref
 from store.errors import RevisionNotFound, WindowNotComplete
 from store.stream import Stream, format_micros, now_micros
+from store.windows import WindowRevision
 
 
 @dataclass
@@ -38,9 +39,7 @@ def select_window(stream: Stream, text: str, timeout: float) -> SelectedWindow:
             raise WindowNotComplete(
                 f"WINDOWS={text}: no window of this sequence has completed within {timeout:g} s (it is registered "
                 "and will materialize as stream time passes; retry, raise timeout=, or punctuate the stream)")
-        return SelectedWindow(list(revision.ordinals()), {
-            "Window-Index": str(revision.index), "Window-Id": revision.uuid,
-            **bounds_headers(sequence.spec.kind, revision.start, revision.end)}, revision.commit)
+        return revision_window(sequence.spec.kind, revision)
     spec = resolve(ref, stream)
     k = spec.first
 
@@ -57,6 +56,13 @@ def select_window(stream: Stream, text: str, timeout: float) -> SelectedWindow:
     ordinals = list(selected.elements)
     return SelectedWindow(ordinals, bounds_headers(spec.kind, selected.start, selected.end),
                           _commit_of(stream, ordinals[-1] if ordinals else stream.head()))
+
+
+def revision_window(kind: str, revision: WindowRevision) -> SelectedWindow:
+    """A materialized window revision as a selection."""
+    return SelectedWindow(list(revision.ordinals()), {
+        "Window-Index": str(revision.index), "Window-Id": revision.uuid,
+        **bounds_headers(kind, revision.start, revision.end)}, revision.commit)
 
 
 def revision_ordinals(stream: Stream, designator_text: str | None) -> list[int]:

@@ -288,6 +288,12 @@ class Stream:
             self._enqueue(self._accepted_head, element)
             return self._accepted_head
 
+    @property
+    def accepted_time(self) -> int | None:
+        """The stream time of everything accepted so far (committed or not), µs."""
+        with self._accept_lock:
+            return self._accepted_time
+
     def punctuate(self, time: int) -> None:
         """Stream time is now ``time``: windows ending at or before it can complete."""
         with self._accept_lock:

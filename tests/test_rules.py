@@ -1,0 +1,145 @@
+"""Rules (issue 4): registry, cycle refusal, HTTP CRUD, and one end-to-end firing on a real server."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from flask.testing import FlaskClient
+
+from conformance.server import running_server
+from store.rules import RuleCycle, RuleRegistry, RuleRejected, rule_file
+from store.stream import StreamConfig
+from store.streams import StreamCatalog
+
+BASE = "http://localhost"
+PROV = "http://www.w3.org/ns/prov#generatedAtTime"
+
+
+def rule_text(base: str, stream: str, ref: str = "R/2016-06-20T10:00:00Z/PT05M") -> str:
+    return (
+        f"CONSTRUCT {{ GRAPH ?e {{ ?e <http://ex/avg> ?avg }} ?e <{PROV}> ?t }} WHERE {{ "
+        f"SERVICE <{base}/streams/{stream}?WINDOWS={ref}> {{ "
+        f"SELECT (AVG(?v) AS ?avg) (MAX(?time) AS ?t) WHERE {{ ?g <{PROV}> ?time "
+        "GRAPH ?g { ?o <http://ex/hr> ?v } } } "
+        "FILTER(?avg > 100) BIND(IRI(CONCAT('http://ex/alert/', STR(?t))) AS ?e) }")
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> RuleRegistry:
+    catalog = StreamCatalog(tmp_path / "streams", in_memory=True)
+    for name in ("a", "b", "c"):
+        catalog.put(StreamConfig(name))
+    return RuleRegistry(tmp_path / "rules", catalog)
+
+
+def test_registry_analyses_inputs_registers_sequences_and_persists(registry: RuleRegistry, tmp_path: Path) -> None:
+    rule, created = registry.put("r1", rule_text(BASE, "a"), f"{BASE}/streams/out", BASE)
+    assert created and rule.output == "out"
+    assert [(i.stream, i.ref) for i in rule.inputs] == [("a", "R/2016-06-20T10:00:00Z/PT5M")]
+    assert registry.catalog.find("out") is not None  # created
+    assert registry.catalog.get("a").windows.sequence(rule.inputs[0].sequence) is not None
+    again = RuleRegistry(tmp_path / "rules", registry.catalog)
+    assert again.get("r1").text == rule.text and again.get("r1").inputs == rule.inputs
+    assert registry.reading("a", rule.inputs[0].sequence) == [rule]
+
+
+def test_windows_clause_inside_service_is_an_input(registry: RuleRegistry) -> None:
+    text = (f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ SERVICE <{BASE}/streams/b> {{ "
+            "WINDOWS R/HEAD/PT01M { GRAPH ?g { ?s ?p ?o } } } }")
+    rule, _ = registry.put("w", text, "out", BASE)
+    assert [(i.stream, i.ref) for i in rule.inputs] == [("b", "R/HEAD/PT1M")]
+
+
+def test_variable_service_and_no_windowed_input_are_refused(registry: RuleRegistry) -> None:
+    variable = ("CONSTRUCT { ?s ?p ?o } WHERE { "
+                "BIND(IRI(CONCAT('http://localhost/streams/a', '?WINDOWS=R/HEAD/PT01M')) AS ?svc) "
+                "SERVICE ?svc { ?s ?p ?o } }")
+    with pytest.raises(RuleRejected, match="constant IRIs"):
+        registry.put("v", variable, "out", BASE)
+    with pytest.raises(RuleRejected, match="never fire"):
+        registry.put("n", "CONSTRUCT { ?s ?p ?o } WHERE { ?s ?p ?o }", "out", BASE)
+    with pytest.raises(RuleRejected):
+        registry.put("x", rule_text(BASE, "a"), "not a name!", BASE)
+
+
+def test_cycles_are_refused(registry: RuleRegistry) -> None:
+    with pytest.raises(RuleCycle):
+        registry.put("self", rule_text(BASE, "a"), "a", BASE)
+    registry.put("ab", rule_text(BASE, "a"), "b", BASE)
+    registry.put("bc", rule_text(BASE, "b"), "c", BASE)
+    with pytest.raises(RuleCycle):
+        registry.put("ca", rule_text(BASE, "c"), "a", BASE)
+    registry.put("ca", rule_text(BASE, "c"), "d", BASE)  # no cycle
+    registry.put("ab", rule_text(BASE, "a"), "e", BASE)  # replacing a rule drops its old edge
+    registry.put("ca2", rule_text(BASE, "c"), "a", BASE)
+
+
+def test_rule_file_header() -> None:
+    assert rule_file("# output: <http://x/streams/alerts>\nCONSTRUCT {} WHERE {}")[1] == "http://x/streams/alerts"
+    assert rule_file("# output: alerts\n")[1] == "alerts"
+    assert rule_file("CONSTRUCT {} WHERE {}")[1] is None
+
+
+def test_http_crud(client: FlaskClient) -> None:
+    assert client.put("/streams/hr").status_code in (200, 201, 204)
+    headers = {"Content-Type": "application/sparql-query"}
+    text = rule_text(BASE, "hr")
+    response = client.put("/rules/alert?output=alerts", data=text, headers=headers)
+    assert response.status_code == 201, response.get_data(as_text=True)
+    assert client.put("/rules/alert?output=alerts", data=text, headers=headers).status_code == 204
+    assert client.get("/rules/alert").get_data(as_text=True) == text
+    status = client.get("/rules/alert", headers={"Accept": "application/json"}).get_json()
+    assert status["output"] == "alerts" and status["firings"] == 0 and status["last_error"] is None
+    listed = client.get("/rules").get_json()
+    assert [r["name"] for r in listed] == ["alert"]
+    assert client.get("/streams/alerts").status_code == 200
+    cyclic = client.put("/rules/loop?output=hr", data=text, headers=headers)
+    assert cyclic.status_code == 409
+    bad = client.put("/rules/bad?output=x", data="CONSTRUCT { ?s ?p ?o } WHERE { SERVICE ?s { ?s ?p ?o } }",
+                     headers=headers)
+    assert bad.status_code == 400
+    assert client.put("/rules/nooutput", data=text, headers=headers).status_code == 400
+    assert client.delete("/rules/alert").status_code == 204
+    assert client.get("/rules/alert").status_code == 404
+    assert client.get("/rules").get_json() == []
+
+
+def _trig(minute: str, value: int) -> str:
+    stamp = f'"2016-06-20T10:{minute}:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>'
+    return (f"<http://ex/e{minute}> <{PROV}> {stamp} .\n"
+            f"<http://ex/e{minute}> {{ <http://ex/o{minute}> <http://ex/hr> {value} . }}\n")
+
+
+def test_end_to_end_alert() -> None:
+    with running_server() as server:
+        base = server.url
+        trig = {"Content-Type": "application/trig"}
+        assert requests.put(f"{base}/streams/hr", timeout=10).ok
+        response = requests.put(f"{base}/rules/alert", params={"output": "alerts"}, data=rule_text(base, "hr"),
+                                headers={"Content-Type": "application/sparql-query"}, timeout=10)
+        assert response.status_code == 201, response.text
+        body = _trig("00", 120) + _trig("01", 130) + _trig("05", 80) + _trig("06", 90)
+        body += f"<http://ex/p> <{PROV}> \"2016-06-20T10:10:00Z\"^^<http://www.w3.org/2001/XMLSchema#dateTime> .\n"
+        response = requests.post(f"{base}/streams/hr", data=body.encode(), headers=trig, timeout=10)
+        assert response.ok, response.text
+        deadline = time.monotonic() + 60
+        status: dict = {}
+        while time.monotonic() < deadline:
+            status = requests.get(f"{base}/rules/alert", headers={"Accept": "application/json"}, timeout=10).json()
+            if status["firings"] >= 2 or status["failures"]:
+                break
+            time.sleep(0.5)
+        assert status["firings"] == 2 and status["failures"] == 0, (status, server.log_tail())
+        assert status["outputs"] == 1
+        query = ("SELECT ?g ?t ?avg WHERE { ?g <http://www.w3.org/ns/prov#generatedAtTime> ?t "
+                 "GRAPH ?g { ?g <http://ex/avg> ?avg } }")
+        response = requests.post(f"{base}/streams/alerts", data=query, timeout=10, headers={
+            "Content-Type": "application/sparql-query", "Accept": "application/sparql-results+json"})
+        assert response.ok, response.text
+        rows = response.json()["results"]["bindings"]
+        assert len(rows) == 1, rows
+        assert rows[0]["t"]["value"].startswith("2016-06-20T10:01:00")
+        assert float(rows[0]["avg"]["value"]) == 125

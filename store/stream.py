@@ -491,10 +491,15 @@ class Stream:
 
 
 def format_micros(value: int) -> str:
-    """µs since the epoch as an xsd:dateTime in UTC ('Z'), microseconds only when needed."""
+    """µs since the epoch as an xsd:dateTime in UTC, in XSD's canonical form (no trailing zeros in the
+    fraction, as pyoxigraph writes dateTimes back), so lexical forms compare equal.
+
+    >>> format_micros(1_466_416_815_526_860), format_micros(1_466_416_800_000_000)
+    ('2016-06-20T10:00:15.52686Z', '2016-06-20T10:00:00Z')
+    """
     seconds, micros_part = divmod(value, 1_000_000)
     text = clock.strftime("%Y-%m-%dT%H:%M:%S", clock.gmtime(seconds))
-    return f"{text}.{micros_part:06d}Z" if micros_part else f"{text}Z"
+    return f"{text}.{micros_part:06d}".rstrip("0") + "Z" if micros_part else f"{text}Z"
 
 
 def write_json(path: Path, data: object) -> None:

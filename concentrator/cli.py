@@ -61,7 +61,7 @@ def build_app(config: ServerConfig, spark_master: str | None, rules_dir: Path | 
     dataset = RevisionedDataset(config.data_dir, in_memory=config.in_memory, retention=config.retention)
     catalog = StreamCatalog(config.data_dir / "streams", in_memory=config.in_memory)
     evaluator = ExtendedEvaluator(dataset, catalog, [], requests.Session())
-    registry = RuleRegistry(config.data_dir / "rules", catalog)
+    registry = RuleRegistry(config.data_dir / "rules", evaluator)
     if rules_dir is not None:
         for error in registry.load_directory(rules_dir, base_url):
             print(f"concentrator: rule not loaded: {error}", file=sys.stderr)

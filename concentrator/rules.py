@@ -10,7 +10,8 @@ batch fire twice, each over its own window). What it constructs becomes elements
 - triple template: one element per firing, graph ``urn:uuid:…``, time = the window's end.
 
 Output times strictly increase: a time not after the output stream's time becomes stream time + 1 µs.
-A failing firing is recorded in the rule's status (error, window) and the other rules keep running.
+A failing firing is recorded in the rule's status (error, window) and the other rules keep running; a firing
+while another input has no complete window yet is skipped and counted as ``waiting``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datetime import datetime
 from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad
 
 from store.elements import PROV_GENERATED_AT_TIME, ParsedElement, micros
+from store.errors import WindowNotComplete
 from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget
 from store.rules import LOG_KEEP, Rule, RuleRegistry
 from store.selection import revision_window
@@ -66,6 +68,13 @@ class RuleRunner:
                         element.time = (last + 1) if last is not None else now_micros()
                     output.accept(element, now_micros())
                 output.flush()
+            except WindowNotComplete as waiting:  # another input has no complete window yet: nothing to join
+                rule.status.waiting += 1
+                rule.status.last_window = where
+                rule.status.log = [*rule.status.log, f"{format_micros(now_micros())} {where}: not fired, {waiting}"
+                                   ][-LOG_KEEP:]
+                self.registry.save(rule)
+                return 0
             except Exception as error:  # noqa: BLE001 - recorded; other rules keep running
                 status = rule.status
                 status.failures += 1

@@ -55,10 +55,7 @@ RDF_FORMATS = {".ttl": RdfFormat.TURTLE, ".nt": RdfFormat.N_TRIPLES, ".rdf": Rdf
 SKIP: dict[str, str] = {}
 # Test name → the evaluator defect it shows (run and reported as FAIL; tests/ marks it xfail, strict, so
 # that the fix is noticed).  Mirror every entry in conformance/README.md.
-KNOWN_DEFECTS: dict[str, str] = {
-    "service7": "store/evaluation.py: a failed SERVICE SILENT yields no solution instead of one empty "
-                "solution (SPARQL 1.1 Federated Query §4), so the join with it is empty",
-}
+KNOWN_DEFECTS: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

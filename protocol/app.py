@@ -37,7 +37,7 @@ def create_app(config: ServerConfig, dataset: RevisionedDataset | None = None,
         config.data_dir / "streams", in_memory=config.in_memory)
     app.extensions["evaluator"] = evaluator or ExtendedEvaluator(
         app.extensions["dataset"], app.extensions["streams"], [], requests.Session())
-    app.extensions["rules"] = rules_registry or RuleRegistry(config.data_dir / "rules", app.extensions["streams"])
+    app.extensions["rules"] = rules_registry or RuleRegistry(config.data_dir / "rules", app.extensions["evaluator"])
     app.extensions["pipeline_status"] = pipeline_status or (lambda: {"state": "not running"})
     for blueprint in (sparql.bp, gsp.bp, status.bp, streams.bp, rules.bp):
         app.register_blueprint(blueprint)

@@ -1,8 +1,8 @@
 """``/rules`` and ``/rules/{name}``: rules (CONSTRUCT queries with an output stream), see store/rules.py.
 
 - ``PUT /rules/{name}``: body ``application/sparql-query``; ``output=`` a stream name or this server's stream
-  URL (created if missing). 201 when new, 204 when replaced; 400 when the rule's windowed inputs cannot be
-  determined statically (``SERVICE ?var``) or it has none; 409 on a cycle.
+  URL (created if missing). 201 when new, 204 when replaced; 400 when the rule can have no windowed input
+  or its ``SERVICE ?var`` inputs cannot be discovered from the dataset; 409 on a cycle.
 - ``GET /rules/{name}``: the rule's text, or its JSON status with ``Accept: application/json``.
 - ``DELETE /rules/{name}``: 204.
 - ``GET /rules``: JSON list (name, output, inputs, firings, outputs, last latency, last error).
@@ -29,7 +29,9 @@ def rule_json(rule: Rule) -> dict[str, object]:
     status = rule.status
     return {"name": rule.name, "output": rule.output,
             "inputs": [{"stream": i.stream, "windows": i.ref} for i in rule.inputs],
+            "discovers_inputs": rule.discovers,
             "firings": status.firings, "outputs": status.outputs, "failures": status.failures,
+            "waiting": status.waiting,
             "last_latency_ms": status.last_latency_ms, "last_error": status.last_error,
             "last_window": status.last_window, "log": status.log}
 

@@ -52,6 +52,8 @@ from pyoxigraph import (
 
 from sparql_ext import THEN_FUNCTION, ExtendedQuery, ExtensionPart, QuadTemplate, QuerySyntaxError, parse_extended
 from sparql_ext.windowed import windowed_params
+from sparql_ext.windowref import parse_window_ref
+from store.cache import StaticResults, is_static
 from store.dataset import RevisionedDataset
 from store.errors import QueryFailed, StoreError
 from store.selection import SelectedWindow, revision_selection, select_window
@@ -123,8 +125,10 @@ class ExtendedEvaluator:
 
     def __init__(self, dataset: RevisionedDataset, catalog: StreamCatalog, local_bases: list[str],
                  http: HttpSession | None = None, *, window_timeout: float = 30.0,
-                 http_timeout: float = 60.0, pins: dict[tuple[str, str], SelectedWindow] | None = None) -> None:
+                 http_timeout: float = 60.0, pins: dict[tuple[str, str], SelectedWindow] | None = None,
+                 cache: StaticResults[Solutions] | None = None) -> None:
         self.dataset = dataset
+        self.cache: StaticResults[Solutions] = cache if cache is not None else StaticResults()
         # (stream name, canonical repeating WindowRef) -> the window to use instead of the latest (rules)
         self.pins = pins or {}
         self.catalog = catalog
@@ -136,18 +140,17 @@ class ExtendedEvaluator:
     def with_local_bases(self, local_bases: list[str]) -> ExtendedEvaluator:
         """The same evaluator for a request arriving at other base IRIs (e.g. ``request.host_url``)."""
         return ExtendedEvaluator(self.dataset, self.catalog, local_bases, self.http,
-                                 window_timeout=self.window_timeout, http_timeout=self.http_timeout, pins=self.pins)
+                                 window_timeout=self.window_timeout, http_timeout=self.http_timeout, pins=self.pins,
+                                 cache=self.cache)
 
     def for_rule(self, local_bases: list[str], pins: dict[tuple[str, str], SelectedWindow]) -> ExtendedEvaluator:
         """The evaluator a rule firing uses: repeating refs named in ``pins`` resolve to the pinned window,
         the others to their latest complete window without waiting."""
         return ExtendedEvaluator(self.dataset, self.catalog, local_bases, self.http, window_timeout=0.0,
-                                 http_timeout=self.http_timeout, pins=pins)
+                                 http_timeout=self.http_timeout, pins=pins, cache=self.cache)
 
     def _window_of(self, stream: Stream, text: str) -> SelectedWindow:
         if self.pins:
-            from sparql_ext.windowref import parse_window_ref
-
             pinned = self.pins.get((stream.config.name, str(parse_window_ref(text))))
             if pinned is not None:
                 return pinned
@@ -205,8 +208,14 @@ class ExtendedEvaluator:
         else:
             variable = part.target[1:]
             prefix = parse_extended(part.prefix, target.base_iri)
-            bound = self._select(self._spliced(prefix, target), target, prefix.uses_then)
+            bound = self._select(self._spliced(prefix, target), target, prefix.uses_then,
+                                 cacheable=not prefix.parts)
             values = list(dict.fromkeys(row[variable] for row in bound.rows if variable in row))
+            if self.pins and part.kind == "service":
+                # a rule firing: a SERVICE ?var whose values include the window that fired reads only that
+                # window, so a rule over many patients' streams reports the firing patient, not all of them
+                firing = [v for v in values if isinstance(v, NamedNode) and self.windowed_input(v.value) in self.pins]
+                values = firing or values
             for value in values:
                 for row in self._part_rows(part, value, target):
                     if variable in row and row[variable] != value:
@@ -227,14 +236,14 @@ class ExtendedEvaluator:
                 sub = self._window_target(text, target)
             return self._inner(part, sub).rows
         except (StoreError, OSError, ValueError) as error:  # requests' errors are OSErrors
-            if part.silent:
-                return []
+            if part.silent:  # SPARQL 1.1 Federated Query §4: one solution binding nothing (the join identity)
+                return [{}]
             raise _failed(error) from None
 
     def _inner(self, part: ExtensionPart, target: QueryTarget) -> Solutions:
         if isinstance(part.inner, ExtendedQuery):
             return self._select(self._spliced(part.inner, target), target, part.inner.uses_then)
-        return self._select(part.inner, target, False)
+        return self._select(part.inner, target, False, cacheable=True)
 
     # -- datasets ------------------------------------------------------------------------------------------
 
@@ -265,20 +274,39 @@ class ExtendedEvaluator:
         defaults, named = stream.dataset_graphs(selected.ordinals)
         return QueryTarget(stream.store, defaults, named, selected.commit, base_iri, None, stream)
 
+    def static_solutions(self, sparql: str, base_iri: str | None) -> Solutions:
+        """A SELECT that reads only the dataset, at HEAD, through the per-revision cache (rule input discovery)."""
+        return self._select(sparql, self._pinned(QueryTarget(base_iri=base_iri)), False, cacheable=True)
+
+    def windowed_input(self, iri: str) -> tuple[str, str] | None:
+        """(stream name, canonical WindowRef) when ``iri`` is a repeating windowed IRI of this server's stream
+        (``BASE/streams/NAME?WINDOWS=R…`` or ``ALIAS?WINDOWS=R…``): what a rule reading it fires on."""
+        stream, query_string = self.local_stream(iri)
+        if stream is None:
+            return None
+        windows = windowed_params(query_string).windows
+        if windows is None:
+            return None
+        ref = parse_window_ref(windows)
+        return (stream, str(ref)) if ref.repeating else None
+
+    def local_stream(self, iri: str) -> tuple[str | None, str]:
+        """The name of the stream of this server ``iri`` addresses (None if none) and the IRI's query string."""
+        for base in self.local_bases:
+            if iri.startswith(f"{base}/streams/"):
+                parts = urlsplit(iri)
+                return parts.path.rsplit("/", 1)[-1], parts.query
+        address, _, query_string = iri.partition("?")
+        stream = self.catalog.by_alias(address)
+        return (stream.config.name, query_string) if stream is not None else (None, "")
+
     def local_target(self, iri: str) -> QueryTarget | None:
         """The in-process dataset a SERVICE IRI names, or None when it is not this server's."""
         for base in self.local_bases:
             if iri == f"{base}/sparql" or iri.startswith(f"{base}/sparql?"):
                 return self._pinned(QueryTarget(base_iri=iri))
-            if iri.startswith(f"{base}/streams/"):
-                parts = urlsplit(iri)
-                name = parts.path.rsplit("/", 1)[-1]
-                return self._windowed(self.catalog.get(name), parts.query, iri)
-        address, _, query_string = iri.partition("?")
-        stream = self.catalog.by_alias(address)
-        if stream is not None:
-            return self._windowed(stream, query_string, iri)
-        return None
+        name, query_string = self.local_stream(iri)
+        return None if name is None else self._windowed(self.catalog.get(name), query_string, iri)
 
     def _windowed(self, stream: Stream, query_string: str, iri: str) -> QueryTarget:
         windows = windowed_params(query_string).windows
@@ -316,7 +344,11 @@ class ExtendedEvaluator:
             with self.dataset.reading(target.revision) as store:
                 yield store
 
-    def _select(self, sparql: str, target: QueryTarget, uses_then: bool) -> Solutions:
+    def _select(self, sparql: str, target: QueryTarget, uses_then: bool, *, cacheable: bool = False) -> Solutions:
+        """Solutions of a SELECT; ``cacheable`` ones that read only the dataset come from the per-revision cache."""
+        if cacheable and target.store is None and target.revision is not None and not uses_then and is_static(sparql):
+            context = f"{target.base_iri} {target.default_graph} {target.named_graphs}"
+            return self.cache.get(sparql, target.revision, context, lambda: self._select(sparql, target, uses_then))
         with self._reading(target) as store:
             result = self._run(store, sparql, target, uses_then)
             if not isinstance(result, QuerySolutions):

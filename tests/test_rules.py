@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import time
 from pathlib import Path
 
 import pytest
 import requests
 from flask.testing import FlaskClient
+from pyoxigraph import RdfFormat
 
 from conformance.server import running_server
+from store import RevisionedDataset
+from store.evaluation import ExtendedEvaluator
 from store.rules import RuleCycle, RuleRegistry, RuleRejected, rule_file
 from store.stream import StreamConfig
 from store.streams import StreamCatalog
@@ -32,7 +36,16 @@ def registry(tmp_path: Path) -> RuleRegistry:
     catalog = StreamCatalog(tmp_path / "streams", in_memory=True)
     for name in ("a", "b", "c"):
         catalog.put(StreamConfig(name))
-    return RuleRegistry(tmp_path / "rules", catalog)
+    dataset = RevisionedDataset(tmp_path / "data", in_memory=True)
+    return RuleRegistry(tmp_path / "rules", ExtendedEvaluator(dataset, catalog, []))
+
+
+def _add(dataset: RevisionedDataset, turtle: str) -> None:
+    dataset.add(dataset.stage(io.BytesIO(turtle.encode()), RdfFormat.TURTLE))
+
+
+def _delete_all(dataset: RevisionedDataset) -> None:
+    dataset.update("DELETE WHERE { ?s ?p ?o }")
 
 
 def test_registry_analyses_inputs_registers_sequences_and_persists(registry: RuleRegistry, tmp_path: Path) -> None:
@@ -41,7 +54,7 @@ def test_registry_analyses_inputs_registers_sequences_and_persists(registry: Rul
     assert [(i.stream, i.ref) for i in rule.inputs] == [("a", "R/2016-06-20T10:00:00Z/PT5M")]
     assert registry.catalog.find("out") is not None  # created
     assert registry.catalog.get("a").windows.sequence(rule.inputs[0].sequence) is not None
-    again = RuleRegistry(tmp_path / "rules", registry.catalog)
+    again = RuleRegistry(tmp_path / "rules", registry.evaluator)
     assert again.get("r1").text == rule.text and again.get("r1").inputs == rule.inputs
     assert registry.reading("a", rule.inputs[0].sequence) == [rule]
 
@@ -53,16 +66,70 @@ def test_windows_clause_inside_service_is_an_input(registry: RuleRegistry) -> No
     assert [(i.stream, i.ref) for i in rule.inputs] == [("b", "R/HEAD/PT1M")]
 
 
-def test_variable_service_and_no_windowed_input_are_refused(registry: RuleRegistry) -> None:
+def test_service_var_bound_without_data_is_discovered_and_no_windowed_input_is_refused(
+        registry: RuleRegistry) -> None:
     variable = ("CONSTRUCT { ?s ?p ?o } WHERE { "
                 "BIND(IRI(CONCAT('http://localhost/streams/a', '?WINDOWS=R/HEAD/PT01M')) AS ?svc) "
                 "SERVICE ?svc { ?s ?p ?o } }")
-    with pytest.raises(RuleRejected, match="constant IRIs"):
-        registry.put("v", variable, "out", BASE)
+    rule, _ = registry.put("v", variable, "out", BASE)
+    assert [(i.stream, i.ref) for i in rule.inputs] == [("a", "R/HEAD/PT1M")] and rule.discovers
     with pytest.raises(RuleRejected, match="never fire"):
         registry.put("n", "CONSTRUCT { ?s ?p ?o } WHERE { ?s ?p ?o }", "out", BASE)
+    with pytest.raises(RuleRejected, match="depends on the result of another"):
+        registry.put("d", "CONSTRUCT { ?s ?p ?o } WHERE { SERVICE <http://localhost/sparql> { ?x <urn:feed> ?svc } "
+                          "SERVICE ?svc { ?s ?p ?o } }", "out", BASE)
+    with pytest.raises(RuleRejected, match="top level"):
+        registry.put("t", "CONSTRUCT { ?s ?p ?o } WHERE { SERVICE <http://localhost/streams/a?WINDOWS=R/HEAD/PT01M> "
+                          "{ ?x <urn:feed> ?svc SERVICE ?svc { ?s ?p ?o } } }", "out", BASE)
     with pytest.raises(RuleRejected):
         registry.put("x", rule_text(BASE, "a"), "not a name!", BASE)
+
+
+DISCOVERING = """PREFIX lr: <http://localhost/local-records#>
+CONSTRUCT { ?s ?p ?o } WHERE {
+  ?sensor lr:hasStreamID ?id ; lr:kind "hr" .
+  FILTER (?max > 3)
+  BIND (IRI(CONCAT(STR(?id), '?WINDOWS=R/HEAD/PT01M')) AS ?svc)
+  SERVICE ?svc { SELECT (MAX(?v) AS ?max) WHERE { GRAPH ?g { ?s ?p ?v } } }
+}"""
+
+
+def test_service_var_inputs_follow_the_dataset(registry: RuleRegistry) -> None:
+    dataset = registry.evaluator.dataset
+    rule, _ = registry.put("disc", DISCOVERING, "out", BASE)
+    assert rule.inputs == [] and rule.discovers  # no sensor yet: accepted, fires once data names a stream
+    _add(dataset, '<http://localhost/s/1> <http://localhost/local-records#hasStreamID> <http://localhost/streams/a> ;'
+                  ' <http://localhost/local-records#kind> "hr" .\n'
+                  '<http://localhost/s/2> <http://localhost/local-records#hasStreamID> <http://localhost/streams/b> ;'
+                  ' <http://localhost/local-records#kind> "activity" .\n'
+                  '<http://localhost/s/3> <http://localhost/local-records#hasStreamID> <http://elsewhere/streams/x> ;'
+                  ' <http://localhost/local-records#kind> "hr" .\n'
+                  '<http://localhost/s/4> <http://localhost/local-records#hasStreamID> <http://localhost/streams/zz> ;'
+                  ' <http://localhost/local-records#kind> "hr" .\n')
+    # s/2 is not an hr sensor, s/3 is not this server's, stream zz does not exist (yet)
+    assert [(i.stream, i.ref) for i in registry.get("disc").inputs] == [("a", "R/HEAD/PT1M")]
+    sequence = registry.get("disc").inputs[0].sequence
+    assert registry.catalog.get("a").windows.sequence(sequence) is not None
+    assert registry.reading("a", sequence) == [registry.get("disc")]
+    registry.catalog.put(StreamConfig("zz"))  # creating the stream discovers it
+    assert [i.stream for i in registry.get("disc").inputs] == ["a", "zz"]
+    _delete_all(dataset)
+    assert registry.get("disc").inputs == []
+    again = RuleRegistry(registry.directory, registry.evaluator)
+    assert again.get("disc").discovers and again.get("disc").inputs == []
+
+
+def test_static_prefix_is_cached_per_dataset_revision(registry: RuleRegistry) -> None:
+    dataset, cache = registry.evaluator.dataset, registry.evaluator.cache
+    _add(dataset, '<http://localhost/s/1> <http://localhost/local-records#hasStreamID> <http://localhost/streams/a> ;'
+                  ' <http://localhost/local-records#kind> "hr" .\n')
+    before = cache.status()
+    registry.put("disc", DISCOVERING, "out", BASE)
+    registry.put("disc", DISCOVERING, "out", BASE)  # same prefix, same revision: from the cache
+    after = cache.status()
+    assert (after["misses"] - before["misses"], after["hits"] - before["hits"]) == (1, 1)
+    _add(dataset, '<http://localhost/s/9> <http://localhost/local-records#kind> "none" .\n')  # new revision
+    assert cache.status()["misses"] == after["misses"] + 1  # re-discovery after the commit: evaluated again
 
 
 def test_cycles_are_refused(registry: RuleRegistry) -> None:

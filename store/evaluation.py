@@ -55,7 +55,7 @@ from sparql_ext.windowed import windowed_params
 from sparql_ext.windowref import parse_window_ref
 from store.cache import StaticResults, is_static
 from store.dataset import RevisionedDataset
-from store.errors import QueryFailed, StoreError
+from store.errors import QueryFailed, StoreError, WindowNotComplete
 from store.selection import SelectedWindow, revision_selection, select_window
 from store.stream import Stream, format_micros
 from store.streams import StreamCatalog
@@ -217,7 +217,13 @@ class ExtendedEvaluator:
                 firing = [v for v in values if isinstance(v, NamedNode) and self.windowed_input(v.value) in self.pins]
                 values = firing or values
             for value in values:
-                for row in self._part_rows(part, value, target):
+                try:
+                    part_rows = self._part_rows(part, value, target)
+                except WindowNotComplete:
+                    if not self.pins:
+                        raise
+                    continue  # a rule firing: a stream whose window sequence has not completed one yet joins nothing
+                for row in part_rows:
                     if variable in row and row[variable] != value:
                         continue  # the inner bound the target variable to something else: no join
                     rows.append({**row, variable: value})

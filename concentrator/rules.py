@@ -9,6 +9,8 @@ batch fire twice, each over its own window). What it constructs becomes elements
   template's default graph gives the element's time, else the window's end time;
 - triple template: one element per firing, graph ``urn:uuid:…``, time = the window's end.
 
+A count window's "end" is its last element's timestamp.
+
 Output times strictly increase: a time not after the output stream's time becomes stream time + 1 µs.
 A failing firing is recorded in the rule's status (error, window) and the other rules keep running; a firing
 while another input has no complete window yet is skipped and counted as ``waiting``.
@@ -59,7 +61,7 @@ class RuleRunner:
                         for i in rule.inputs if i.stream == stream.config.name and i.sequence == revision.sequence}
                 evaluator = self.evaluator.for_rule([rule.base], pins)
                 result = evaluator.query(rule.text, QueryTarget(base_iri=rule.base))
-                end = revision.end if kind != "count" else revision.commit
+                end = _window_time(stream, kind, revision)
                 elements = _elements(result, end)
                 output = self.registry.catalog.get(rule.output)
                 for element in elements:
@@ -92,6 +94,16 @@ class RuleRunner:
         status.last_error = None
         self.registry.save(rule)
         return len(elements)
+
+
+def _window_time(stream: Stream, kind: str, revision: WindowRevision) -> int:
+    """The default output time: a time window's end; a count window's last element's timestamp (stream time
+    too, so a replay gives the same output times); an empty count window's commit time."""
+    if kind != "count":
+        return revision.end
+    last = max(revision.ordinals(), default=None)
+    time_of_last = stream.time_of(last) if last is not None else None
+    return time_of_last if time_of_last is not None else revision.commit
 
 
 def _bound(kind: str, value: int) -> str:

@@ -231,6 +231,10 @@ class RuleRegistry:
         evaluator = self.evaluator.with_local_bases([base])
         analysis = analyse_rule(text, base, evaluator)
         pairs = [*analysis.constant, *discover(analysis, base, evaluator)]
+        missing = sorted({stream for stream, _ in analysis.constant if self.catalog.find(stream) is None})
+        if missing:
+            raise RuleRejected(f"rule {name!r} reads stream(s) {', '.join(missing)}, which do not exist: create them "
+                               "(PUT /streams/NAME) or register the rule that outputs them first")
         with self._lock:
             inputs_by_stream = {stream for stream, _ in pairs}
             if self._reaches(output_name, inputs_by_stream, exclude=name):
@@ -304,17 +308,28 @@ class RuleRegistry:
                     if any(i.stream == stream and i.sequence == sequence for i in rule.inputs)]
 
     def load_directory(self, directory: Path, base: str) -> list[str]:
-        """Register every ``NAME.rq`` of a rules directory (start-up); returns the errors, one per bad file."""
-        errors = []
-        for path in sorted(directory.glob("*.rq")):
-            text, output = rule_file(path.read_text(encoding="utf-8"))
-            try:
-                if output is None:
-                    raise RuleRejected("no '# output: <IRI-or-stream-name>' first line")
-                self.put(path.stem, text, output, base)
-            except StoreError as error:
-                errors.append(f"{path}: {error}")
-        return errors
+        """Register every ``NAME.rq`` of a rules directory (start-up); returns the errors, one per bad file.
+
+        A rule may read another's output stream, which that rule creates: files that fail are retried
+        while another pass registers more, so the order of the files does not matter."""
+        pending = sorted(directory.glob("*.rq"))
+        errors: dict[Path, str] = {}
+        while pending:
+            failed = []
+            for path in pending:
+                text, output = rule_file(path.read_text(encoding="utf-8"))
+                try:
+                    if output is None:
+                        raise RuleRejected("no '# output: <IRI-or-stream-name>' first line")
+                    self.put(path.stem, text, output, base)
+                    errors.pop(path, None)
+                except StoreError as error:
+                    errors[path] = f"{path}: {error}"
+                    failed.append(path)
+            if len(failed) == len(pending):
+                break
+            pending = failed
+        return list(errors.values())
 
     def _reaches(self, start: str, targets: set[str], exclude: str) -> bool:
         """Whether stream ``start`` is, or feeds through the rules (except ``exclude``), one of ``targets``."""

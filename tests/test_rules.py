@@ -210,3 +210,17 @@ def test_end_to_end_alert() -> None:
         assert len(rows) == 1, rows
         assert rows[0]["t"]["value"].startswith("2016-06-20T10:01:00")
         assert float(rows[0]["avg"]["value"]) == 125
+
+
+def test_rules_directory_loads_in_any_order_and_reports_bad_files(registry: RuleRegistry, tmp_path: Path) -> None:
+    rules = tmp_path / "rules-dir"
+    rules.mkdir()
+    # "a-chained" reads the output of "b-first": alphabetical order alone would fail it
+    (rules / "a-chained.rq").write_text("# output: final\n" + rule_text(BASE, "middle"))
+    (rules / "b-first.rq").write_text("# output: middle\n" + rule_text(BASE, "a"))
+    (rules / "c-bad.rq").write_text(rule_text(BASE, "a"))  # no output line
+    errors = registry.load_directory(rules, BASE)
+    assert registry.names() == ["a-chained", "b-first"]
+    assert len(errors) == 1 and "c-bad.rq" in errors[0] and "# output:" in errors[0]
+    with pytest.raises(RuleRejected, match="nowhere, which do not exist"):
+        registry.put("lost", rule_text(BASE, "nowhere"), "out", BASE)

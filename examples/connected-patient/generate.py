@@ -4,7 +4,7 @@ Each element is a named graph holding one FHIR-style observation plus its timest
 (``<element> prov:generatedAtTime "…"^^xsd:dateTime``), as the concentrator's stream upload expects::
 
     python generate.py heart-rate --start 2016-06-20T10:00:00Z --every PT30S --values 125,135 > hr.trig
-    python generate.py activity --start 2016-06-20T10:00:00Z --every PT1M --values 5,4,5 > act.trig
+    python generate.py activity --start 2016-06-20T10:00:00Z --every PT1M --values 5,4,5,3 --repeat --count 20
     python generate.py heart-rate --values 72,75,130 --repeat --realtime 1 --post http://127.0.0.1:8080/streams/hr-pat2
 
 ``--values`` is a comma-separated list used in turn (``--repeat`` cycles it forever). ``--realtime N`` stamps
@@ -34,7 +34,8 @@ KINDS = {"heart-rate": (f"{LR}HeartRate", "bpm"), "activity": (f"{LR}EnergyExpen
 
 
 def stamp(moment: datetime) -> str:
-    return f'"{isodate.datetime_isoformat(moment.astimezone(UTC)).replace("+00:00", "Z")}"^^<{XSD_DATETIME}>'
+    # microseconds: live readings a fraction of a second apart must keep distinct, increasing timestamps
+    return f'"{moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")}"^^<{XSD_DATETIME}>'
 
 
 def element(kind: str, moment: datetime, value: float) -> str:
@@ -64,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=sorted(KINDS))
     parser.add_argument("--values", required=True, help="comma-separated readings, used in turn")
-    parser.add_argument("--repeat", action="store_true", help="cycle the values forever")
+    parser.add_argument("--repeat", action="store_true", help="cycle the values (forever, or --count times)")
+    parser.add_argument("--count", type=int, help="stop after this many elements")
     parser.add_argument("--start", default="2016-06-20T10:00:00Z", help="time of the first element")
     parser.add_argument("--every", default="PT30S", help="ISO 8601 duration between elements")
     parser.add_argument("--realtime", type=float, metavar="N", help="stamp with the current time, N elements/s")
@@ -73,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     values: Iterable[float] = [float(v) if "." in v else int(v) for v in args.values.split(",")]
     if args.repeat:
         values = itertools.cycle(values)
+    if args.count is not None:
+        values = itertools.islice(values, args.count)
     if args.realtime:
         body = realtime(args.kind, values, args.realtime)
     else:
@@ -82,9 +86,12 @@ def main(argv: list[str] | None = None) -> int:
                                  headers={"Content-Type": "application/trig"}, timeout=None)
         print(response.status_code, response.text.strip(), file=sys.stderr)
         return 0 if response.ok else 1
-    for text in body:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    try:
+        for text in body:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped early (e.g. `| head`): not an error of ours
+        sys.stderr.close()
     return 0
 
 

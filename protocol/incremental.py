@@ -9,7 +9,6 @@ piece by piece (the attributes used are checked, and anything else falls back to
 from __future__ import annotations
 
 import time
-
 from typing import IO, Any
 
 

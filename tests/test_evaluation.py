@@ -17,6 +17,7 @@ from protocol import ServerConfig, create_app
 from sparql_ext import QuerySyntaxError
 from store import RevisionedDataset
 from store.evaluation import ConstructedQuads, ExtendedEvaluator, QueryTarget
+from store.selection import SelectedWindow
 from store.stream import Stream, format_micros
 from store.streams import StreamCatalog
 
@@ -160,6 +161,28 @@ def test_service_variable_bound_to_an_alias_with_windows(client: FlaskClient) ->
                           "BIND(IRI(CONCAT(STR(?id), '?WINDOWS=HEAD/-PT05M')) AS ?svc) "
                           f"SERVICE ?svc {{ {WINDOW_QUERY} }} }} ORDER BY ?hr")
     assert rows == [{"id": f"<{ALIAS}>", "hr": _int(80)}, {"id": f"<{ALIAS}>", "hr": _int(90)}]
+
+
+def test_a_rule_firing_reads_only_the_window_that_fired(app: Flask, client: FlaskClient) -> None:
+    # Two feeds: hr's repeating windows (the firing input) and stream other's HEAD. A firing pinned to hr's
+    # window restricts SERVICE ?feed to that IRI: the other feed is not read (not re-reported).
+    assert client.put("/streams/other").status_code == 201
+    upload(client, "other", element("x", 1, 55))
+    windowed, other = f"{HOST}/streams/hr?WINDOWS=R/HEAD/PT5M", f"{HOST}/streams/other?WINDOWS=HEAD"
+    r = client.post("/sparql", data=f"INSERT DATA {{ <urn:s1> <urn:feed> <{windowed}> . "
+                                     f"<urn:s2> <urn:feed> <{other}> }}",
+                    headers={"Content-Type": "application/sparql-update"})
+    assert r.status_code == 204, r.text
+    query = f"SELECT ?s ?hr WHERE {{ ?s <urn:feed> ?feed SERVICE ?feed {{ {WINDOW_QUERY} }} }}"
+    pinned = SelectedWindow([1, 2])  # hr's elements a (70) and b (80): the window that fired
+    firing = evaluator(app).for_rule([HOST], {("hr", "R/HEAD/PT5M"): pinned})
+    rows = _solutions(firing.query(query, QueryTarget(base_iri=HOST)))
+    assert sorted((r["s"], r["hr"]) for r in rows) == [("<urn:s1>", _int(70)), ("<urn:s1>", _int(80))]
+    # a firing of some other input: no value is restricted; the other feed is read, and hr's sequence, with no
+    # complete window (no Spark here), joins nothing instead of failing the firing
+    elsewhere = evaluator(app).for_rule([HOST], {("zz", "R/HEAD/PT5M"): pinned})
+    rows = _solutions(elsewhere.query(query, QueryTarget(base_iri=HOST)))
+    assert [(r["s"], r["hr"]) for r in rows] == [("<urn:s2>", _int(55))]
 
 
 def test_service_silent_to_an_unreachable_endpoint(client: FlaskClient) -> None:

@@ -244,7 +244,7 @@ class ExtendedEvaluator:
         except (StoreError, OSError, ValueError) as error:  # requests' errors are OSErrors
             if part.silent:  # SPARQL 1.1 Federated Query §4: one solution binding nothing (the join identity)
                 return [{}]
-            raise _failed(error) from None
+            raise _failed(error, value if isinstance(value, str) else str(value)) from None
 
     def _inner(self, part: ExtensionPart, target: QueryTarget) -> Solutions:
         if isinstance(part.inner, ExtendedQuery):
@@ -443,10 +443,10 @@ def _designator_text(value: Term) -> str:
     return text[len("urn:uuid:"):] if text.startswith("urn:uuid:") else text
 
 
-def _failed(error: Exception) -> StoreError:
+def _failed(error: Exception, target: str) -> StoreError:
     if isinstance(error, StoreError):
         return error
-    return QueryFailed(f"SERVICE failed: {error}")
+    return QueryFailed(f"SERVICE <{target.strip('<>')}> failed: {error}")
 
 
 def _check_syntax(sparql: str, user_text: str, to_user: Mapper) -> None:

@@ -188,6 +188,12 @@ def test_end_to_end_alert() -> None:
         response = requests.put(f"{base}/rules/alert", params={"output": "alerts"}, data=rule_text(base, "hr"),
                                 headers={"Content-Type": "application/sparql-query"}, timeout=10)
         assert response.status_code == 201, response.text
+        # a rule that fails at run time (its second SERVICE is unreachable): reported, the other keeps firing
+        broken = rule_text(base, "hr").replace("FILTER(?avg > 100)",
+                                               "SERVICE <http://127.0.0.1:9/sparql> { ?x ?y ?z } FILTER(?avg > 100)")
+        response = requests.put(f"{base}/rules/broken", params={"output": "nothing"}, data=broken,
+                                headers={"Content-Type": "application/sparql-query"}, timeout=10)
+        assert response.status_code == 201, response.text
         body = _trig("00", 120) + _trig("01", 130) + _trig("05", 80) + _trig("06", 90)
         body += f"<http://ex/p> <{PROV}> \"2016-06-20T10:10:00Z\"^^<http://www.w3.org/2001/XMLSchema#dateTime> .\n"
         response = requests.post(f"{base}/streams/hr", data=body.encode(), headers=trig, timeout=10)
@@ -201,6 +207,12 @@ def test_end_to_end_alert() -> None:
             time.sleep(0.5)
         assert status["firings"] == 2 and status["failures"] == 0, (status, server.log_tail())
         assert status["outputs"] == 1
+        broken_status = requests.get(f"{base}/rules/broken", headers={"Accept": "application/json"}, timeout=10).json()
+        assert broken_status["failures"] == 2 and broken_status["firings"] == 0 and broken_status["outputs"] == 0
+        assert "http://127.0.0.1:9/sparql" in broken_status["last_error"]
+        assert broken_status["last_window"].startswith("hr window 1 (2016-06-20T10:05:00Z")
+        assert len(broken_status["log"]) == 2
+        assert "rule broken failed on hr window 0" in server.log_tail()
         query = ("SELECT ?g ?t ?avg WHERE { ?g <http://www.w3.org/ns/prov#generatedAtTime> ?t "
                  "GRAPH ?g { ?g <http://ex/avg> ?avg } }")
         response = requests.post(f"{base}/streams/alerts", data=query, timeout=10, headers={

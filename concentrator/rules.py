@@ -92,7 +92,7 @@ class RuleRunner:
         status.last_latency_ms = round((time.monotonic() - started) * 1000, 3)
         status.last_window = where
         status.last_error = None
-        self.registry.save(rule)
+        self.registry.save_status(rule)
         return len(elements)
 
 

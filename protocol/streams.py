@@ -116,8 +116,7 @@ def window_revision(name: str, revision_id: str) -> Response:
         **bounds_headers(kind, revision.start, revision.end)})
     query = _query_text({})
     if query is not None:
-        defaults, named = stream.dataset_graphs(selected.ordinals)
-        spool, mimetype = run_query(stream.store, query, defaults, named)
+        spool, mimetype = run_query(stream.window_store(selected.ordinals), query, None, None)
         return spooled_response(spool, mimetype, selected.headers)
     return _dataset_response(stream, selected.ordinals, selected.headers)
 
@@ -303,13 +302,13 @@ def _query(stream: Stream, windows: str | None, text: str) -> Response:
         selected = revision_selection(stream, revision_parameter())
     else:
         selected = _select_window(stream, windows)
-    defaults, named = stream.dataset_graphs(selected.ordinals)
+    window = stream.window_store(selected.ordinals)
     if is_extended(text, request.base_url):  # THEN(), WINDOWS, REVISION, SERVICE over the window
         evaluator = current_app.extensions["evaluator"].with_local_bases([request.host_url.rstrip("/")])
-        target = QueryTarget(stream.store, defaults, named, selected.commit, request.base_url, None, stream)
+        target = QueryTarget(window, None, None, selected.commit, request.base_url, None, stream)
         spool, mimetype = serialize_result(evaluator.query(text, target))
     else:
-        spool, mimetype = run_query(stream.store, text, defaults, named)
+        spool, mimetype = run_query(window, text, None, None)
     return spooled_response(spool, mimetype, selected.headers)
 
 

@@ -15,6 +15,7 @@ positions of the rewritten text back to it.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Literal
@@ -114,8 +115,10 @@ class ExtendedQuery:
         return QuerySyntaxError(message, self.original, self.original_offset(offset_in_sparql))
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_extended(text: str, base_iri: str | None = None) -> ExtendedQuery:
-    """Split an extended query into SPARQL 1.1 and its extension parts.
+    """Split an extended query into SPARQL 1.1 and its extension parts (cached: the result is immutable, and
+    rules and prefixes parse the same texts again on every firing).
 
     >>> q = parse_extended('SELECT * WHERE { ?s ?p ?o . WINDOWS HEAD~9/HEAD { ?s ?q ?v } }')
     >>> q.sparql

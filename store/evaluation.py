@@ -25,6 +25,7 @@ solutions become a ``VALUES`` table spliced at the placeholder, and pyoxigraph e
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -161,8 +162,7 @@ class ExtendedEvaluator:
     def query(self, text: str, target: QueryTarget) -> Result:
         """Evaluate an extended query: de-skolemized QuerySolutions, a QueryBoolean, a list of Triples
         (CONSTRUCT / DESCRIBE), or a list of Quads (CONSTRUCT with a quad template)."""
-        extended = parse_extended(text, target.base_iri)
-        self._check(extended, text, lambda offset: offset)
+        extended = checked_query(text, target.base_iri)
         target = self._pinned(target)
         sparql = self._spliced(extended, target)
         if extended.template is not None:
@@ -176,18 +176,6 @@ class ExtendedEvaluator:
                 return ConstructedTriples(
                     Triple(*(_deskolemize(t) for t in (x.subject, x.predicate, x.object))) for x in result)
             return _deskolemized_solutions(result)
-
-    # -- syntax: everything is checked before anything is evaluated ---------------------------------------
-
-    def _check(self, extended: ExtendedQuery, user_text: str, to_user: Mapper) -> None:
-        _check_syntax(extended.sparql, user_text, lambda o: to_user(extended.original_offset(o)))
-        for part in extended.parts:
-            def part_to_user(offset: int, part: ExtensionPart = part) -> int:
-                return to_user(part.original_offset(offset))
-            if isinstance(part.inner, ExtendedQuery):
-                self._check(part.inner, user_text, part_to_user)
-            else:
-                _check_syntax(part.inner, user_text, part_to_user)
 
     # -- splicing parts ---------------------------------------------------------------------------------
 
@@ -277,8 +265,8 @@ class ExtendedEvaluator:
 
     @staticmethod
     def _stream_target(stream: Stream, selected: SelectedWindow, base_iri: str | None) -> QueryTarget:
-        defaults, named = stream.dataset_graphs(selected.ordinals)
-        return QueryTarget(stream.store, defaults, named, selected.commit, base_iri, None, stream)
+        return QueryTarget(stream.window_store(selected.ordinals), None, None, selected.commit, base_iri, None,
+                           stream)
 
     def static_solutions(self, sparql: str, base_iri: str | None) -> Solutions:
         """A SELECT that reads only the dataset, at HEAD, through the per-revision cache (rule input discovery)."""
@@ -371,6 +359,29 @@ class ExtendedEvaluator:
             raise QueryFailed.from_pyoxigraph("rewritten query is not valid SPARQL 1.1", error) from None
         except (OSError, RuntimeError, ValueError) as error:
             raise QueryFailed(f"query evaluation failed: {error}") from None
+
+
+# -- syntax: everything is checked before anything is evaluated --------------------------------------------
+
+@functools.lru_cache(maxsize=512)
+def checked_query(text: str, base_iri: str | None) -> ExtendedQuery:
+    """The parsed query, its main query and every part's checked by pyoxigraph (errors at the user's line and
+    column). Cached: a rule evaluates the same text on every firing (parsing and checking were half of a
+    firing's own time); a failing text raises and is not cached."""
+    extended = parse_extended(text, base_iri)
+    _check(extended, text, lambda offset: offset)
+    return extended
+
+
+def _check(extended: ExtendedQuery, user_text: str, to_user: Mapper) -> None:
+    _check_syntax(extended.sparql, user_text, lambda o: to_user(extended.original_offset(o)))
+    for part in extended.parts:
+        def part_to_user(offset: int, part: ExtensionPart = part) -> int:
+            return to_user(part.original_offset(offset))
+        if isinstance(part.inner, ExtendedQuery):
+            _check(part.inner, user_text, part_to_user)
+        else:
+            _check_syntax(part.inner, user_text, part_to_user)
 
 
 # -- terms and tables ------------------------------------------------------------------------------------

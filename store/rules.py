@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -97,6 +98,7 @@ class Rule:
 
 
 LOG_KEEP = 20
+STATUS_SAVE_SECONDS = 1.0
 
 
 def output_stream_name(output: str, base: str) -> str:
@@ -198,6 +200,7 @@ class RuleRegistry:
         self.catalog = evaluator.catalog
         self._lock = threading.RLock()
         self._rules: dict[str, Rule] = {}
+        self._status_saved: dict[str, float] = {}  # monotonic time of each rule's last save
         directory.mkdir(parents=True, exist_ok=True)
         for meta in sorted(directory.glob("*.json")):
             query = meta.with_suffix(".rq")
@@ -300,6 +303,13 @@ class RuleRegistry:
         with self._lock:
             if self._rules.get(rule.name) is rule:
                 write_json(self.directory / f"{rule.name}.json", rule.to_json())
+                self._status_saved[rule.name] = time.monotonic()
+
+    def save_status(self, rule: Rule) -> None:
+        """Persist a successful firing's counters, at most once a second per rule: a durable write per firing
+        would cap firings at a few hundred per second, and a restart losing a second of counters loses no data."""
+        if time.monotonic() - self._status_saved.get(rule.name, float("-inf")) >= STATUS_SAVE_SECONDS:
+            self.save(rule)
 
     def reading(self, stream: str, sequence: str) -> list[Rule]:
         """The rules fired by a window of ``sequence`` on ``stream``."""

@@ -236,3 +236,16 @@ def test_rules_directory_loads_in_any_order_and_reports_bad_files(registry: Rule
     assert len(errors) == 1 and "c-bad.rq" in errors[0] and "# output:" in errors[0]
     with pytest.raises(RuleRejected, match="nowhere, which do not exist"):
         registry.put("lost", rule_text(BASE, "nowhere"), "out", BASE)
+
+
+def test_serve_loads_the_rules_directory_at_start_up() -> None:
+    example = Path(__file__).resolve().parent.parent / "examples" / "connected-patient" / "rules"
+    with running_server(["--no-pipeline", "--rules", str(example)]) as server:
+        listed = requests.get(f"{server.url}/rules", timeout=10).json()
+        assert [(r["name"], r["output"]) for r in listed] == [("care-team-page", "pages"),
+                                                              ("heart-rate-alert", "alerts")]
+        care = next(r for r in listed if r["name"] == "care-team-page")
+        assert care["inputs"] == [{"stream": "alerts", "windows": "R/HEAD/HEAD/1"}]  # <streams/alerts?…> resolved
+        alert = next(r for r in listed if r["name"] == "heart-rate-alert")
+        assert alert["discovers_inputs"] and alert["inputs"] == []  # no base data yet: nothing to watch
+        assert "rule not loaded" not in server.log_tail()

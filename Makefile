@@ -4,6 +4,7 @@ VENV := .venv
 DATA ?= data
 HOST ?= 127.0.0.1
 PORT ?= 8080
+RULES ?= examples/connected-patient/rules
 
 $(VENV)/installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,8 +13,8 @@ $(VENV)/installed: setup.cfg pyproject.toml
 	touch $@
 
 .PHONY: serve test lint
-serve: $(VENV)/installed  ## install, then run the server on an on-disk store in $(DATA)
-	$(VENV)/bin/concentrator serve --data $(DATA) --host $(HOST) --port $(PORT)
+serve: $(VENV)/installed  ## install, then run the server on an on-disk store in $(DATA), with the example rules
+	$(VENV)/bin/concentrator serve --data $(DATA) --host $(HOST) --port $(PORT) --rules $(RULES)
 
 test: $(VENV)/installed  ## install, then run the whole test suite (conformance included)
 	$(VENV)/bin/python -m pytest

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import sys
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,30 +39,45 @@ def build_parser() -> argparse.ArgumentParser:
                        help="keep the history of this many latest revisions (default: all)")
     serve.add_argument("--spark-master", default="local[2]",
                        help="Spark master of the window pipeline: local[N] (embedded, default) or spark://HOST:PORT")
+    serve.add_argument("--rules", type=Path, default=None,
+                       help="a directory of rules: NAME.rq files whose first line is '# output: <IRI-or-stream-name>'")
     serve.add_argument("--no-pipeline", action="store_true",
                        help="do not start Spark: one-shot windows work, repeating (R…) windows never complete")
     return parser
 
 
-def build_app(config: ServerConfig, spark_master: str | None) -> Flask:
+def build_app(config: ServerConfig, spark_master: str | None, rules_dir: Path | None = None,
+              base_url: str = "") -> Flask:
     """The server's parts: the dataset, the streams, the window pipeline (on Spark), the HTTP app."""
+    import requests
+
+    from concentrator.rules import RuleRunner
     from protocol import create_app
     from store import RevisionedDataset
+    from store.evaluation import ExtendedEvaluator
+    from store.rules import RuleRegistry
     from store.streams import StreamCatalog
 
     dataset = RevisionedDataset(config.data_dir, in_memory=config.in_memory, retention=config.retention)
     catalog = StreamCatalog(config.data_dir / "streams", in_memory=config.in_memory)
+    evaluator = ExtendedEvaluator(dataset, catalog, [], requests.Session())
+    registry = RuleRegistry(config.data_dir / "rules", evaluator)
+    if rules_dir is not None:
+        for error in registry.load_directory(rules_dir, base_url):
+            print(f"concentrator: rule not loaded: {error}", file=sys.stderr)
+    runner = RuleRunner(registry, evaluator)
     pipeline_status = None
     if spark_master is not None:
         from concentrator.pipeline import WindowPipeline
         from concentrator.spark import SparkSettings
 
         pipeline = WindowPipeline(catalog, config.data_dir, SparkSettings(master=spark_master))
+        pipeline.on_windows.append(runner.on_windows)
         pipeline.start_in_background()  # Spark takes seconds to start; requests are answered meanwhile
         atexit.register(pipeline.stop, stop_session=True)
         pipeline_status = pipeline.status
     atexit.register(catalog.close)
-    return create_app(config, dataset, catalog, pipeline_status)
+    return create_app(config, dataset, catalog, pipeline_status, registry, evaluator)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,5 +88,6 @@ def main(argv: list[str] | None = None) -> int:
         config = ServerConfig(args.data.resolve(), max_body_bytes=args.max_body_bytes,
                               retention=args.retention)
         master = None if args.no_pipeline else args.spark_master
-        serve(config, args.host, args.port, args.threads, make_app=partial(build_app, spark_master=master))
+        serve(config, args.host, args.port, args.threads, make_app=partial(
+            build_app, spark_master=master, rules_dir=args.rules, base_url=f"http://{args.host}:{args.port}"))
     return 0

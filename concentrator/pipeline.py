@@ -38,7 +38,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,9 @@ class WindowPipeline:
         self._supervisor: threading.Thread | None = None
         self._lock = threading.Lock()
         self._status = PipelineStatus()
+        # Called after a batch commits new window revisions of a stream (e.g. the rule runner); a callback's
+        # exception is recorded and does not stop the pipeline.
+        self.on_windows: list[Callable[[Stream, list[WindowRevision]], None]] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -411,7 +414,12 @@ class WindowPipeline:
         revisions: list[WindowRevision] = []
         for ident, spec in plan.specs.items():
             revisions.extend(self._materialize(stream, state, ident, spec))
-        stream.windows.commit(batch_id, revisions, state)
+        if stream.windows.commit(batch_id, revisions, state) and revisions:
+            for callback in list(self.on_windows):
+                try:
+                    callback(stream, revisions)
+                except Exception as error:  # noqa: BLE001 - a callback must not stop the pipeline
+                    self._record_error(f"on_windows callback failed: {error!r}")
         return len(revisions)
 
     def _materialize(self, stream: Stream, state: PipelineState, ident: str, spec: WindowSpec) -> list[WindowRevision]:

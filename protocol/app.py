@@ -6,11 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import requests
 from flask import Flask
 
-from protocol import gsp, sparql, status, streams
+from protocol import gsp, rules, sparql, status, streams
 from protocol.errors import register_error_handlers
 from store import RevisionedDataset
+from store.evaluation import ExtendedEvaluator
+from store.rules import RuleRegistry
 from store.streams import StreamCatalog
 
 
@@ -24,15 +27,19 @@ class ServerConfig:
 
 def create_app(config: ServerConfig, dataset: RevisionedDataset | None = None,
                streams_catalog: StreamCatalog | None = None,
-               pipeline_status: Callable[[], dict[str, object]] | None = None) -> Flask:
+               pipeline_status: Callable[[], dict[str, object]] | None = None,
+               rules_registry: RuleRegistry | None = None, evaluator: ExtendedEvaluator | None = None) -> Flask:
     app = Flask("concentrator")
     app.config["CONCENTRATOR"] = config
     app.extensions["dataset"] = dataset or RevisionedDataset(
         config.data_dir, in_memory=config.in_memory, retention=config.retention)
     app.extensions["streams"] = streams_catalog or StreamCatalog(
         config.data_dir / "streams", in_memory=config.in_memory)
+    app.extensions["evaluator"] = evaluator or ExtendedEvaluator(
+        app.extensions["dataset"], app.extensions["streams"], [], requests.Session())
+    app.extensions["rules"] = rules_registry or RuleRegistry(config.data_dir / "rules", app.extensions["evaluator"])
     app.extensions["pipeline_status"] = pipeline_status or (lambda: {"state": "not running"})
-    for blueprint in (sparql.bp, gsp.bp, status.bp, streams.bp):
+    for blueprint in (sparql.bp, gsp.bp, status.bp, streams.bp, rules.bp):
         app.register_blueprint(blueprint)
     register_error_handlers(app)
     return app

@@ -8,6 +8,7 @@ piece by piece (the attributes used are checked, and anything else falls back to
 
 from __future__ import annotations
 
+import time
 from typing import IO, Any
 
 
@@ -54,12 +55,18 @@ def available_reader(environ: dict[str, Any]) -> IO[bytes]:
     return AvailableReader(environ["wsgi.input"])  # type: ignore[return-value]
 
 
-def drain(stream: IO[bytes], limit: int = 16 << 20) -> None:
-    """Read and discard what remains of a refused upload (up to ``limit`` bytes), so the client,
-    still sending, reads our answer instead of a reset connection."""
+def drain(stream: IO[bytes], limit: int = 16 << 20, seconds: float = 2.0) -> None:
+    """Read and discard what remains of a refused upload (up to ``limit`` bytes or ``seconds``), so a client
+    still sending reads our answer instead of a reset connection. A live upload that never ends is not
+    waited for: after ``seconds`` the answer goes out with ``Connection: close``. A client that went away
+    leaves nothing to drain."""
     left = limit
-    while left > 0:
-        data = stream.read(min(left, 1 << 16))
+    deadline = time.monotonic() + seconds
+    while left > 0 and time.monotonic() < deadline:
+        try:
+            data = stream.read(min(left, 1 << 16))
+        except OSError:  # gunicorn's NoMoreData and friends: the client closed the connection
+            return
         if not data:
             return
         left -= len(data)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from flask import Blueprint, Response, current_app, request
-from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples, Store
+from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples, Store, serialize
 from werkzeug.datastructures import MultiDict
 
 from protocol.bodies import revision_parameter, text_body
 from protocol.errors import BadRequest, MethodNotAllowed, NotAcceptable, UnsupportedMediaType
 from protocol.negotiation import (
+    DATASET_FORMATS,
     GRAPH_FORMATS,
     RESULTS_FORMATS,
     best_media_type,
@@ -20,7 +22,9 @@ from protocol.negotiation import (
     is_utf8,
 )
 from protocol.responses import empty_response, revision_headers, spooled_response
+from sparql_ext import QuerySyntaxError, parse_extended
 from store import QueryFailed, RevisionedDataset
+from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget
 
 bp = Blueprint("sparql", __name__)
 
@@ -106,13 +110,64 @@ def evaluate_query(operation: SparqlRequest) -> Response:
     named_graphs = _iris(operation.named_graphs, "named-graph-uri") or None
     if named_graphs is not None and default_graph is None:
         default_graph = []  # the protocol dataset replaces the store's: an empty default graph
-    with dataset.reading(ordinal) as store:
-        spool, mimetype = run_query(store, operation.text, default_graph, named_graphs)
+    if ordinal is None:
+        ordinal = dataset.head  # pinned: the response's headers name the revision the query read
+    if is_extended(operation.text, request.base_url):
+        evaluator = _evaluator().with_local_bases([request.host_url.rstrip("/")])
+        target = QueryTarget(None, default_graph, named_graphs, None, request.base_url, ordinal)
+        spool, mimetype = serialize_result(evaluator.query(operation.text, target))
+    else:
+        with dataset.reading(ordinal) as store:
+            spool, mimetype = run_query(store, operation.text, default_graph, named_graphs)
     headers = {}
-    revision = dataset.revision(ordinal if ordinal is not None else dataset.head)
+    revision = dataset.revision(ordinal)
     if revision is not None:
         headers = revision_headers(revision)
     return spooled_response(spool, mimetype, headers)
+
+
+def _evaluator() -> ExtendedEvaluator:
+    return current_app.extensions["evaluator"]  # type: ignore[no-any-return]
+
+
+_EXTENSION_WORDS = re.compile(r"\b(REVISION|WINDOWS|THEN)\b", re.IGNORECASE)
+
+
+def is_extended(text: str, base_iri: str | None) -> bool:
+    """Whether a query needs the extended evaluator: REVISION, WINDOWS, SERVICE, THEN() or a quad template.
+
+    Text the extended parser cannot read goes to pyoxigraph (whose message is then the one reported),
+    unless it mentions an extension keyword: then the extended parser's error is the useful one."""
+    try:
+        extended = parse_extended(text, base_iri)
+    except QuerySyntaxError:
+        if _EXTENSION_WORDS.search(text):
+            raise
+        return False
+    return bool(extended.parts or extended.uses_then or extended.template is not None)
+
+
+def serialize_result(result: Any) -> tuple[IO[bytes], str]:
+    """Serialize an evaluator result in the format the request's Accept prefers."""
+    accept = request.headers.get("Accept")
+    spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
+    if isinstance(result, ConstructedQuads):
+        mimetype = best_media_type(accept, list(DATASET_FORMATS))
+        if mimetype is None:
+            raise NotAcceptable("CONSTRUCT with GRAPH in its template gives a dataset, available as: "
+                                + ", ".join(DATASET_FORMATS))
+        serialize(result, spool, DATASET_FORMATS[mimetype])
+    elif isinstance(result, ConstructedTriples):
+        mimetype = best_media_type(accept, list(GRAPH_FORMATS))
+        if mimetype is None:
+            raise NotAcceptable("CONSTRUCT/DESCRIBE results are available as: " + ", ".join(GRAPH_FORMATS))
+        serialize(result, spool, GRAPH_FORMATS[mimetype])
+    else:
+        mimetype = best_media_type(accept, list(RESULTS_FORMATS))
+        if mimetype is None:
+            raise NotAcceptable("SELECT/ASK results are available as: " + ", ".join(RESULTS_FORMATS))
+        result.serialize(spool, RESULTS_FORMATS[mimetype])
+    return spool, mimetype
 
 
 def run_query(store: Store, text: str, default_graph: list[Any] | None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, jsonify
 
+from protocol.rules import rule_json
 from store.stream import Stream, format_micros
 
 bp = Blueprint("status", __name__)
@@ -22,6 +23,9 @@ def status() -> Response:
         },
         "streams": {name: _stream_status(catalog.get(name)) for name in catalog.names()},
         "pipeline": current_app.extensions["pipeline_status"](),
+        "rules": {rule.name: rule_json(rule) for rule in current_app.extensions["rules"].rules()},
+        # static rule parts (SERVICE ?var prefixes, SERVICE <…/sparql>) evaluated once per dataset revision
+        "static_cache": current_app.extensions["evaluator"].cache.status(),
     })
 
 

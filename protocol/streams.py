@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import tempfile
 import uuid
-from dataclasses import dataclass, field
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from pyoxigraph import NamedNode, RdfFormat, serialize
@@ -16,19 +15,21 @@ from protocol.errors import BadRequest, HttpProblem, NotAcceptable, UnsupportedM
 from protocol.incremental import available_reader, drain
 from protocol.negotiation import BODY_FORMATS, DATASET_FORMATS, best_media_type, body_media_type, is_utf8
 from protocol.responses import empty_response, spooled_response
-from protocol.sparql import FORM, run_query
+from protocol.sparql import FORM, is_extended, run_query, serialize_result
 from protocol.stream_params import (
     duration_micros,
     is_service_identification,
     timeout_seconds,
     windowed_params,
 )
-from sparql_ext import Head, Instant, Ordinal, RevisionId, parse_revision
-from sparql_ext.windowing import WindowNotResolvable, is_complete, resolve, to_micros, window
+from sparql_ext import Instant, parse_revision
+from sparql_ext.windowing import to_micros
 from sparql_ext.windowref import parse_window_ref
 from store import StoreError
 from store.elements import ElementFramer, single_element
-from store.errors import RevisionNotFound, StreamNotFound, WindowNotComplete
+from store.errors import RevisionNotFound, StreamNotFound
+from store.evaluation import QueryTarget
+from store.selection import SelectedWindow, bounds_headers, revision_ordinals, revision_selection, select_window
 from store.stream import Stream, StreamConfig, format_micros, now_micros
 from store.streams import StreamCatalog
 from store.windows import WindowRevision
@@ -41,14 +42,6 @@ SD_ENDPOINT = "http://www.w3.org/ns/sparql-service-description#endpoint"
 
 def _catalog() -> StreamCatalog:
     return current_app.extensions["streams"]  # type: ignore[no-any-return]
-
-
-@dataclass
-class SelectedWindow:
-    """The elements a windowed IRI denotes, and headers that say which window they are."""
-
-    ordinals: list[int]
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 @bp.route("/streams", methods=["GET"])
@@ -120,11 +113,10 @@ def window_revision(name: str, revision_id: str) -> Response:
     kind = sequence.spec.kind if sequence is not None else "time"
     selected = SelectedWindow(list(revision.ordinals()), {
         "Window-Index": str(revision.index), "Window-Id": revision.uuid,
-        **_bounds_headers(kind, revision.start, revision.end)})
+        **bounds_headers(kind, revision.start, revision.end)})
     query = _query_text({})
     if query is not None:
-        defaults, named = stream.dataset_graphs(selected.ordinals)
-        spool, mimetype = run_query(stream.store, query, defaults, named)
+        spool, mimetype = run_query(stream.window_store(selected.ordinals), query, None, None)
         return spooled_response(spool, mimetype, selected.headers)
     return _dataset_response(stream, selected.ordinals, selected.headers)
 
@@ -278,67 +270,12 @@ def _upload_answer(stream: Stream, committed: int, first: int | None, last: int 
 # -- windows -----------------------------------------------------------------------------------
 
 def _select_window(stream: Stream, text: str) -> SelectedWindow:
-    """The elements of a windowed IRI: a one-shot window from the timestamp index (waiting for a
-    prospective one to complete), or the latest complete window of a repeating sequence."""
-    ref = parse_window_ref(text)
-    timeout = timeout_seconds(request.args.get("timeout"), DEFAULT_TIMEOUT)
-    if ref.repeating:
-        canonical = str(ref)
-        sequence = stream.windows.find(canonical) or stream.register(canonical, resolve(ref, stream))
-        revision = stream.windows.latest(sequence.id) or stream.windows.wait_for_window(sequence.id, 0, timeout)
-        if revision is None:
-            raise WindowNotComplete(
-                f"WINDOWS={text}: no window of this sequence has completed within {timeout:g} s (it is registered "
-                "and will materialize as stream time passes; retry, raise timeout=, or punctuate the stream)")
-        return SelectedWindow(list(revision.ordinals()), {
-            "Window-Index": str(revision.index), "Window-Id": revision.uuid,
-            **_bounds_headers(sequence.spec.kind, revision.start, revision.end)})
-    spec = resolve(ref, stream)
-    k = spec.first
-
-    def complete() -> bool:
-        return is_complete(spec, k, stream, _watermark(stream))
-
-    if not complete() and not stream.wait_for(complete, timeout):
-        raise WindowNotComplete(
-            f"WINDOWS={text}: the window is not complete after {timeout:g} s: stream time has not reached its end "
-            "(send later elements or a punctuation, or raise timeout=)")
-    selected = window(spec, k, stream)
-    if selected is None:
-        raise WindowNotResolvable(f"WINDOWS={text}: the window's anchor element is not in the stream")
-    return SelectedWindow(list(selected.elements), _bounds_headers(spec.kind, selected.start, selected.end))
-
-
-def _watermark(stream: Stream) -> int | None:
-    return None if stream.stream_time is None else stream.stream_time - stream.config.lateness
-
-
-def _bounds_headers(kind: str, start: int, end: int) -> dict[str, str]:
-    if kind == "count":
-        return {"Window-Start": f"element {start}", "Window-End": f"element {end}"}
-    return {"Window-Start": format_micros(start), "Window-End": format_micros(end)}
+    return select_window(stream, text, timeout_seconds(request.args.get("timeout"), DEFAULT_TIMEOUT))
 
 
 def _revision_ordinals(stream: Stream) -> list[int]:
     """The stream as a dataset at ``revision-id`` (default HEAD): its retained elements up to it."""
-    text = revision_parameter()
-    last = stream.head()
-    if text is not None:
-        designator = parse_revision(text)
-        found: int | None
-        if isinstance(designator, Head):
-            found = stream.head() - designator.back
-        elif isinstance(designator, Ordinal):
-            found = designator.number if designator.number <= stream.head() else None
-        elif isinstance(designator, RevisionId):
-            found = stream.ordinal_of(designator.uuid)
-        else:
-            assert isinstance(designator, Instant)
-            found = stream.last_at_or_before(_micros(designator))
-        if found is None or found < stream.first_ordinal - 1:
-            raise RevisionNotFound(f"revision-id={text} names no retained element of stream {stream.config.name!r}")
-        last = found
-    return list(range(stream.first_ordinal, last + 1))
+    return revision_ordinals(stream, revision_parameter())
 
 
 def _query_text(extra: dict[str, list[str]]) -> str | None:
@@ -362,11 +299,16 @@ def _query(stream: Stream, windows: str | None, text: str) -> Response:
         raise BadRequest("a stream IRI fixes the dataset (its window's elements): default-graph-uri and "
                          "named-graph-uri do not apply")
     if windows is None:
-        selected = SelectedWindow(_revision_ordinals(stream))
+        selected = revision_selection(stream, revision_parameter())
     else:
         selected = _select_window(stream, windows)
-    defaults, named = stream.dataset_graphs(selected.ordinals)
-    spool, mimetype = run_query(stream.store, text, defaults, named)
+    window = stream.window_store(selected.ordinals)
+    if is_extended(text, request.base_url):  # THEN(), WINDOWS, REVISION, SERVICE over the window
+        evaluator = current_app.extensions["evaluator"].with_local_bases([request.host_url.rstrip("/")])
+        target = QueryTarget(window, None, None, selected.commit, request.base_url, None, stream)
+        spool, mimetype = serialize_result(evaluator.query(text, target))
+    else:
+        spool, mimetype = run_query(window, text, None, None)
     return spooled_response(spool, mimetype, selected.headers)
 
 

@@ -8,6 +8,14 @@ from sparql_ext.errors import (
     UnsupportedOperation,
     WindowRefSyntaxError,
 )
+from sparql_ext.extended import (
+    PLACEHOLDER,
+    THEN_FUNCTION,
+    ExtendedQuery,
+    ExtensionPart,
+    QuadTemplate,
+    parse_extended,
+)
 from sparql_ext.revision import (
     Head,
     Instant,
@@ -42,4 +50,5 @@ __all__ = [
     "Element", "ElementIndex", "ListIndex", "Window", "WindowNotResolvable", "WindowRef", "WindowRefSyntaxError",
     "WindowSpec", "bind_origin", "bounds", "format_duration", "format_revision", "from_micros", "is_complete",
     "parse_window_ref", "resolve", "to_micros", "window", "windows",
+    "PLACEHOLDER", "THEN_FUNCTION", "ExtendedQuery", "ExtensionPart", "QuadTemplate", "parse_extended",
 ]

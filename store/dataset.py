@@ -12,11 +12,12 @@ Cost model (see docs/revisions.md):
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +33,8 @@ from store.revlog import Revision, RevisionLog
 from store.rwlock import ReadWriteLock
 from store.staging import StagedQuads, concatenate, stage_rdf
 from store.terms import GraphName, graph_from_iri, graph_from_text, graph_to_text
+
+log = logging.getLogger(__name__)
 
 NQ = RdfFormat.N_QUADS
 BULK_THRESHOLD = 100_000  # quads; above, bulk_load (fast, writes new files) beats a transaction
@@ -71,6 +74,8 @@ class RevisionedDataset:
         self._recover()
         self._log = RevisionLog(self._history.read_revisions())
         self._oldest_readable = self._find_oldest_readable()
+        # called with the new HEAD after each committed transaction, outside the locks (rules re-discover inputs)
+        self.on_commit: list[Callable[[int], None]] = []
 
     # --- revisions --------------------------------------------------------------------------
     @property
@@ -312,6 +317,12 @@ class RevisionedDataset:
                 self._history.drop_deltas(ordinal)
                 self._history.end()
                 raise
+        if self._log.head == ordinal:
+            for listener in self.on_commit:
+                try:
+                    listener(ordinal)
+                except Exception:  # noqa: BLE001 - a listener's failure is its own; the commit stands
+                    log.exception("on_commit listener failed after revision %d", ordinal)
 
     def _commit(self, operation: str, inserted: int, deleted: int) -> Revision:
         revision = self._log.next_revision(operation, inserted, deleted, datetime.now(UTC))

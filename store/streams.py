@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from store.errors import StreamConflict, StreamNotFound
 from store.stream import Stream, StreamConfig
 
+log = logging.getLogger(__name__)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -33,6 +36,8 @@ class StreamCatalog:
         for child in sorted(directory.iterdir()):
             if (child / "config.json").exists():
                 self._streams[child.name] = Stream.open(child, in_memory=in_memory)
+        # called after a stream is created or reconfigured (new aliases): rules re-discover their inputs
+        self.on_change: list[Callable[[Stream], None]] = []
 
     def names(self) -> list[str]:
         return sorted(self._streams)
@@ -61,13 +66,19 @@ class StreamCatalog:
                 taken = set(config.aliases) & set(other.config.aliases)
                 if other.config.name != config.name and taken:
                     raise StreamConflict(f"alias {sorted(taken)[0]} already names stream {other.config.name!r}")
-            existing = self._streams.get(config.name)
-            if existing is not None:
-                existing.reconfigure(config)
-                return existing, False
-            stream = Stream.create(self.directory / config.name, config, in_memory=self._in_memory)
-            self._streams[config.name] = stream
-            return stream, True
+            stream = self._streams.get(config.name)
+            created = stream is None
+            if stream is not None:
+                stream.reconfigure(config)
+            else:
+                stream = Stream.create(self.directory / config.name, config, in_memory=self._in_memory)
+                self._streams[config.name] = stream
+        for listener in self.on_change:
+            try:
+                listener(stream)
+            except Exception:  # noqa: BLE001 - the stream stands; a listener's failure is its own
+                log.exception("on_change listener failed for stream %s", config.name)
+        return stream, created
 
     def delete(self, name: str) -> None:
         with self._lock:

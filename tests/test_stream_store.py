@@ -84,6 +84,31 @@ def test_accept_commit_and_index(stream: Stream) -> None:
     assert len(list(stream.dataset_quads([2, 4]))) == 4  # 2 timestamp triples + 2 content triples
 
 
+def test_window_store_is_the_window_dataset_from_memory_or_disk(tmp_path: Path) -> None:
+    stream = Stream.create(tmp_path / "w", StreamConfig("w"))
+    body = "".join(stamp(f"e{m}", m) + f"<http://ex/e{m}> {{ _:shared <http://ex/hr> {70 + m} . }}\n" for m in range(4))
+    for parsed in frame(body):
+        stream.accept(parsed, received=0)
+    stream.flush()
+    hr = "SELECT ?t ?b ?v WHERE { ?g <http://www.w3.org/ns/prov#generatedAtTime> ?t GRAPH ?g { ?b <http://ex/hr> ?v } }"
+
+    def rows(store_: object) -> list[tuple[str, str, str]]:
+        return sorted((str(r["t"]), str(r["b"]), str(r["v"])) for r in store_.query(hr))  # type: ignore[attr-defined]
+
+    live = stream.window_store([2, 4])  # built from the latest elements kept in memory
+    assert stream.window_store([2, 4]) is live  # kept: the same window is not copied twice
+    expected = [('"2016-06-20T10:01:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>', "_:shared",
+                 '"71"^^<http://www.w3.org/2001/XMLSchema#integer>'),
+                ('"2016-06-20T10:03:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>', "_:shared",
+                 '"73"^^<http://www.w3.org/2001/XMLSchema#integer>')]
+    assert rows(live) == expected  # default graph: exactly the window's timestamp triples; one shared blank node
+    assert len(live) == 4
+    stream.close()
+    reopened = Stream.open(tmp_path / "w")  # nothing in memory: built from the on-disk store, same dataset
+    assert rows(reopened.window_store([2, 4])) == expected
+    reopened.close()
+
+
 def test_refusals_store_nothing(stream: Stream) -> None:
     stream.accept(element("a", 5, 1), received=0)
     with pytest.raises(ElementOutOfOrder, match="not after the stream time"):

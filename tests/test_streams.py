@@ -4,6 +4,7 @@ windowed IRIs queried by real SPARQL engines. Expected values are worked out by 
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -225,6 +226,49 @@ def test_element_visible_before_a_chunked_upload_ends(server: RunningServer) -> 
         response = conn.recv(65536)
     assert response.startswith(b"HTTP/1.1 200"), response
     assert hr_values(url) == [70, 71, 72]
+
+
+def test_a_live_upload_that_never_ends_gets_its_refusal(server: RunningServer) -> None:
+    # A sensor's endless chunked upload sends an out-of-order element and keeps sending: the server must not
+    # wait for the body's end (there is none) to answer; it answers within seconds and closes.
+    url = make_stream(server, "endless")
+    host, port = urlsplit(server.url).hostname, urlsplit(server.url).port
+    with socket.create_connection((host, port)) as conn:
+        conn.sendall(b"POST /streams/endless HTTP/1.1\r\nHost: x\r\nContent-Type: application/trig\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        received = bytearray()
+        stop = threading.Event()
+
+        def keep_sending() -> None:
+            minute = 3
+            while not stop.is_set():
+                data = element(f"late{minute}", minute % 60, 70).encode()
+                try:
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(data), data))
+                except OSError:
+                    return  # the server closed the connection after answering
+                minute += 1
+                time.sleep(0.1)
+
+        first = (element("a", 10, 70) + element("b", 11, 71) + element("c", 5, 72)).encode()
+        conn.sendall(b"%x\r\n%s\r\n" % (len(first), first))
+        sender = threading.Thread(target=keep_sending, daemon=True)
+        sender.start()
+        conn.settimeout(15)
+        started = time.monotonic()
+        try:
+            while b"\r\n\r\n" not in received or not received.rstrip().endswith(b"ordinal 2."):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                received += chunk
+        finally:
+            stop.set()
+        elapsed = time.monotonic() - started
+    assert received.startswith(b"HTTP/1.1 409"), bytes(received)
+    assert b"element 3 (graph <http://ex/c>)" in received and b"Elements-Committed: 2" in received
+    assert elapsed < 10, elapsed
+    assert hr_values(url) == [70, 71]
 
 
 def test_bad_window_refs_name_the_bad_part(server: RunningServer) -> None:

@@ -1,0 +1,131 @@
+"""Firing rules (store/rules.py) when the pipeline commits window revisions.
+
+``RuleRunner.on_windows`` is registered in ``WindowPipeline.on_windows``. For each new window revision of a
+sequence a rule reads, the rule fires once: its windowed IRIs resolve to the latest complete window of their
+sequence, the firing sequence's IRI to exactly the window that completed (so two windows completing in one
+batch fire twice, each over its own window). What it constructs becomes elements of the output stream:
+
+- quad template: one element per constructed graph name; a triple ``?g prov:generatedAtTime ?t`` in the
+  template's default graph gives the element's time, else the window's end time;
+- triple template: one element per firing, graph ``urn:uuid:…``, time = the window's end.
+
+A count window's "end" is its last element's timestamp.
+
+Output times strictly increase: a time not after the output stream's time becomes stream time + 1 µs.
+A failing firing is recorded in the rule's status (error, window) and the other rules keep running; a firing
+while another input has no complete window yet is skipped and counted as ``waiting``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from datetime import datetime
+
+from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad
+
+from store.elements import PROV_GENERATED_AT_TIME, ParsedElement, micros
+from store.errors import WindowNotComplete
+from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget
+from store.rules import LOG_KEEP, Rule, RuleRegistry
+from store.selection import revision_window
+from store.stream import Stream, format_micros, now_micros
+from store.windows import WindowRevision
+
+log = logging.getLogger(__name__)
+
+
+class RuleRunner:
+    def __init__(self, registry: RuleRegistry, evaluator: ExtendedEvaluator) -> None:
+        self.registry = registry
+        self.evaluator = evaluator
+        self._lock = threading.Lock()  # one firing at a time: output times stay ordered
+
+    def on_windows(self, stream: Stream, revisions: list[WindowRevision]) -> None:
+        for revision in revisions:
+            for rule in self.registry.reading(stream.config.name, revision.sequence):
+                self.fire(rule, stream, revision)
+
+    def fire(self, rule: Rule, stream: Stream, revision: WindowRevision) -> int:
+        """Evaluate ``rule`` over the window that completed; returns the output elements appended."""
+        sequence = stream.windows.sequence(revision.sequence)
+        kind = sequence.spec.kind if sequence is not None else "time"
+        where = f"{stream.config.name} window {revision.index} ({_bound(kind, revision.start)}, " \
+                f"{_bound(kind, revision.end)})"
+        started = time.monotonic()
+        with self._lock:
+            try:
+                pins = {(i.stream, i.ref): revision_window(kind, revision)
+                        for i in rule.inputs if i.stream == stream.config.name and i.sequence == revision.sequence}
+                evaluator = self.evaluator.for_rule([rule.base], pins)
+                result = evaluator.query(rule.text, QueryTarget(base_iri=rule.base))
+                end = _window_time(stream, kind, revision)
+                elements = _elements(result, end)
+                output = self.registry.catalog.get(rule.output)
+                for element in elements:
+                    last = output.accepted_time
+                    if element.time is None or (last is not None and element.time <= last):
+                        element.time = (last + 1) if last is not None else now_micros()
+                    output.accept(element, now_micros())
+                output.flush()
+            except WindowNotComplete as waiting:  # another input has no complete window yet: nothing to join
+                rule.status.waiting += 1
+                rule.status.last_window = where
+                rule.status.log = [*rule.status.log, f"{format_micros(now_micros())} {where}: not fired, {waiting}"
+                                   ][-LOG_KEEP:]
+                self.registry.save(rule)
+                return 0
+            except Exception as error:  # noqa: BLE001 - recorded; other rules keep running
+                status = rule.status
+                status.failures += 1
+                status.last_error = f"{type(error).__name__}: {error}"
+                status.last_window = where
+                status.log = [*status.log, f"{format_micros(now_micros())} {where}: {status.last_error}"][-LOG_KEEP:]
+                log.warning("rule %s failed on %s: %s", rule.name, where, error)
+                self.registry.save(rule)
+                return 0
+        status = rule.status
+        status.firings += 1
+        status.outputs += len(elements)
+        status.last_latency_ms = round((time.monotonic() - started) * 1000, 3)
+        status.last_window = where
+        status.last_error = None
+        self.registry.save_status(rule)
+        return len(elements)
+
+
+def _window_time(stream: Stream, kind: str, revision: WindowRevision) -> int:
+    """The default output time: a time window's end; a count window's last element's timestamp (stream time
+    too, so a replay gives the same output times); an empty count window's commit time."""
+    if kind != "count":
+        return revision.end
+    last = max(revision.ordinals(), default=None)
+    time_of_last = stream.time_of(last) if last is not None else None
+    return time_of_last if time_of_last is not None else revision.commit
+
+
+def _bound(kind: str, value: int) -> str:
+    return f"element {value}" if kind == "count" else format_micros(value)
+
+
+def _elements(result: object, window_end: int) -> list[ParsedElement]:
+    if isinstance(result, ConstructedQuads):
+        stamp = NamedNode(PROV_GENERATED_AT_TIME)
+        times: dict[object, int] = {}
+        graphs: dict[object, list[Quad]] = {}
+        for quad in result:
+            if isinstance(quad.graph_name, DefaultGraph):
+                if quad.predicate == stamp and isinstance(quad.object, Literal):
+                    times[quad.subject] = micros(datetime.fromisoformat(quad.object.value))
+                continue
+            graphs.setdefault(quad.graph_name, []).append(quad)
+        return [ParsedElement(graph, quads, times.get(graph, window_end))  # type: ignore[arg-type]
+                for graph, quads in graphs.items()]
+    if isinstance(result, ConstructedTriples):
+        if not result:
+            return []
+        graph = NamedNode(f"urn:uuid:{uuid.uuid4()}")
+        return [ParsedElement(graph, [Quad(t.subject, t.predicate, t.object, graph) for t in result], window_end)]
+    raise TypeError("a rule must be a CONSTRUCT query")

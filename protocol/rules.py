@@ -1,0 +1,74 @@
+"""``/rules`` and ``/rules/{name}``: rules (CONSTRUCT queries with an output stream), see store/rules.py.
+
+- ``PUT /rules/{name}``: body ``application/sparql-query``; ``output=`` a stream name or this server's stream
+  URL (created if missing). 201 when new, 204 when replaced; 400 when the rule can have no windowed input
+  or its ``SERVICE ?var`` inputs cannot be discovered from the dataset; 409 on a cycle.
+- ``GET /rules/{name}``: the rule's text, or its JSON status with ``Accept: application/json``.
+- ``DELETE /rules/{name}``: 204.
+- ``GET /rules``: JSON list (name, output, inputs, firings, outputs, last latency, last error).
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from protocol.errors import HttpProblem
+from store.rules import Rule, RuleRegistry
+
+bp = Blueprint("rules", __name__)
+
+
+def _registry() -> RuleRegistry:
+    registry = current_app.extensions.get("rules")
+    if registry is None:
+        raise HttpProblem("rules are not enabled on this server", 404)
+    return registry  # type: ignore[no-any-return]
+
+
+def rule_json(rule: Rule) -> dict[str, object]:
+    status = rule.status
+    return {"name": rule.name, "output": rule.output,
+            "inputs": [{"stream": i.stream, "windows": i.ref} for i in rule.inputs],
+            "discovers_inputs": rule.discovers,
+            "firings": status.firings, "outputs": status.outputs, "failures": status.failures,
+            "waiting": status.waiting,
+            "last_latency_ms": status.last_latency_ms, "last_error": status.last_error,
+            "last_window": status.last_window, "log": status.log}
+
+
+@bp.route("/rules", methods=["GET"])
+def list_rules() -> Response:
+    return jsonify([rule_json(rule) for rule in _registry().rules()])
+
+
+@bp.route("/rules/<name>", methods=["PUT"])
+def put_rule(name: str) -> Response:
+    content_type = (request.mimetype or "").lower()
+    if content_type != "application/sparql-query":
+        raise HttpProblem("a rule is sent as the body with Content-Type: application/sparql-query", 415)
+    output = request.args.get("output")
+    if not output:
+        raise HttpProblem("output= is required: the output stream's name or URL", 400)
+    text = request.get_data(as_text=True)
+    base = request.host_url.rstrip("/")
+    rule, created = _registry().put(name, text, output, base)
+    response = jsonify(rule_json(rule)) if created else Response(status=204)
+    if created:
+        response.status_code = 201
+    response.headers["Location"] = f"{base}/rules/{name}"
+    return response
+
+
+@bp.route("/rules/<name>", methods=["GET"])
+def get_rule(name: str) -> Response:
+    rule = _registry().get(name)
+    best = request.accept_mimetypes.best_match(["application/sparql-query", "application/json"])
+    if best == "application/json":
+        return jsonify(rule_json(rule))
+    return Response(rule.text, mimetype="application/sparql-query")
+
+
+@bp.route("/rules/<name>", methods=["DELETE"])
+def delete_rule(name: str) -> Response:
+    _registry().delete(name)
+    return Response(status=204)

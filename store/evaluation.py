@@ -1,0 +1,522 @@
+"""Evaluating extended SPARQL (docs/extended-sparql.md): REVISION, WINDOWS, SERVICE, THEN() and quad templates.
+
+``sparql_ext.parse_extended`` splits a query into standard SPARQL 1.1 with a placeholder per extension part.
+Each part is evaluated over its own dataset (recursively: a part's inner query may itself be extended), its
+solutions become a ``VALUES`` table spliced at the placeholder, and pyoxigraph evaluates the result.
+
+- **Constant target**: the inner ``SELECT *`` is evaluated once. **Variable target** (``REVISION ?r``,
+  ``SERVICE ?svc``): the part's prefix query (the group's elements before the part) is evaluated on the
+  current dataset, the inner once per distinct value, and one table ``VALUES (?target ?v…)`` is spliced.
+- **Datasets**: ``REVISION r`` → the RevisionedDataset after r (for a stream: its elements up to r);
+  ``WINDOWS ref`` → that window of the current stream; ``SERVICE <this server's /streams/{name}?WINDOWS=…>``
+  or an alias IRI of a stream (``urn:uuid:…?WINDOWS=…``) → the window, in-process; ``SERVICE <this
+  server's /sparql>`` → the dataset, in-process; any other IRI → HTTP POST ``application/sparql-query``,
+  SPARQL JSON results (``SILENT``: no error, the join identity).
+- **Blank nodes** cannot be written in ``VALUES``: a part's blank node ``_:x`` is written as the IRI
+  ``<urn:x-concentrator:bnode:x>`` (skolemized) and turned back into ``_:x`` in the final solutions, triples
+  and quads (de-skolemized). Two parts' blank nodes are the same node only when their labels are equal:
+  labels of one store are its own (a stream's blank nodes keep their labels across its elements).
+- **THEN()** is the commit time of the dataset being evaluated: a window revision's commit time; for a
+  one-shot window its last element's; for a revision the revision's; inside a part, the part's dataset's.
+- **Locks**: a part's parts are evaluated before its own query runs, and each query holds the dataset's read
+  lock only while it runs, so read locks never nest (a waiting writer would deadlock nested readers). The
+  dataset's revision is pinned when the query starts, so every part and the main query read one state.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from pyoxigraph import (
+    BlankNode,
+    DefaultGraph,
+    Literal,
+    NamedNode,
+    Quad,
+    QueryBoolean,
+    QueryResultsFormat,
+    QuerySolutions,
+    QueryTriples,
+    RdfFormat,
+    Store,
+    Triple,
+    parse,
+    parse_query_results,
+)
+
+from sparql_ext import THEN_FUNCTION, ExtendedQuery, ExtensionPart, QuadTemplate, QuerySyntaxError, parse_extended
+from sparql_ext.windowed import windowed_params
+from sparql_ext.windowref import parse_window_ref
+from store.cache import StaticResults, is_static
+from store.dataset import RevisionedDataset
+from store.errors import QueryFailed, StoreError, WindowNotComplete
+from store.selection import SelectedWindow, revision_selection, select_window
+from store.stream import Stream, format_micros
+from store.streams import StreamCatalog
+
+SKOLEM_PREFIX = "urn:x-concentrator:bnode:"
+_XSD_DATETIME = NamedNode("http://www.w3.org/2001/XMLSchema#dateTime")
+_LOCATION = re.compile(r"\bat (\d+):(\d+)")
+Term = Any  # a pyoxigraph term: NamedNode | BlankNode | Literal | Triple
+Row = dict[str, Term]  # variable name (without '?') -> term; unbound variables are absent
+
+
+class ConstructedTriples(list[Triple]):
+    """The triples of a CONSTRUCT / DESCRIBE (blank nodes de-skolemized)."""
+
+
+class ConstructedQuads(list[Quad]):
+    """The quads of a CONSTRUCT with a quad template (fresh blank nodes per solution)."""
+
+
+Result = QuerySolutions | QueryBoolean | ConstructedTriples | ConstructedQuads
+
+
+@dataclass(frozen=True)
+class QueryTarget:
+    """The dataset a query is evaluated over.
+
+    ``store`` None means the evaluator's RevisionedDataset at ``revision`` (None: HEAD when the query
+    starts): the evaluator then takes the read lock itself, once per query it runs. ``stream`` is set
+    when the dataset is (a window or a revision of) a stream: ``WINDOWS`` and ``REVISION`` apply to it.
+    """
+
+    store: Store | None = None
+    default_graph: list[Any] | None = None
+    named_graphs: list[Any] | None = None
+    then_time: int | None = None  # µs: what THEN() returns
+    base_iri: str | None = None
+    revision: int | None = None
+    stream: Stream | None = None
+
+
+@dataclass(frozen=True)
+class Solutions:
+    """Materialized solutions of a SELECT (terms as pyoxigraph returns them, blank nodes not skolemized)."""
+
+    variables: list[str]
+    rows: list[Row]
+
+
+class HttpResponse(Protocol):
+    status_code: int
+    content: bytes
+    text: str
+
+
+class HttpSession(Protocol):
+    """What the evaluator needs of ``requests.Session`` (store/ does not import HTTP libraries: the
+    protocol layer passes the session in)."""
+
+    def post(self, url: str, *, data: bytes, timeout: float, headers: dict[str, str]) -> HttpResponse: ...
+
+
+Mapper = Callable[[int], int]  # an offset in some rewritten text -> an offset in the user's text
+
+
+class ExtendedEvaluator:
+    """Evaluates extended queries over the server's dataset and streams (see the module docstring)."""
+
+    def __init__(self, dataset: RevisionedDataset, catalog: StreamCatalog, local_bases: list[str],
+                 http: HttpSession | None = None, *, window_timeout: float = 30.0,
+                 http_timeout: float = 60.0, pins: dict[tuple[str, str], SelectedWindow] | None = None,
+                 cache: StaticResults[Solutions] | None = None) -> None:
+        self.dataset = dataset
+        self.cache: StaticResults[Solutions] = cache if cache is not None else StaticResults()
+        # (stream name, canonical repeating WindowRef) -> the window to use instead of the latest (rules)
+        self.pins = pins or {}
+        self.catalog = catalog
+        self.local_bases = [base.rstrip("/") for base in local_bases]
+        self.http = http  # None: SERVICE to other endpoints fails (SILENT: no solutions)
+        self.window_timeout = window_timeout
+        self.http_timeout = http_timeout
+
+    def with_local_bases(self, local_bases: list[str]) -> ExtendedEvaluator:
+        """The same evaluator for a request arriving at other base IRIs (e.g. ``request.host_url``)."""
+        return ExtendedEvaluator(self.dataset, self.catalog, local_bases, self.http,
+                                 window_timeout=self.window_timeout, http_timeout=self.http_timeout, pins=self.pins,
+                                 cache=self.cache)
+
+    def for_rule(self, local_bases: list[str], pins: dict[tuple[str, str], SelectedWindow]) -> ExtendedEvaluator:
+        """The evaluator a rule firing uses: repeating refs named in ``pins`` resolve to the pinned window,
+        the others to their latest complete window without waiting."""
+        return ExtendedEvaluator(self.dataset, self.catalog, local_bases, self.http, window_timeout=0.0,
+                                 http_timeout=self.http_timeout, pins=pins, cache=self.cache)
+
+    def _window_of(self, stream: Stream, text: str) -> SelectedWindow:
+        if self.pins:
+            pinned = self.pins.get((stream.config.name, str(parse_window_ref(text))))
+            if pinned is not None:
+                return pinned
+        return select_window(stream, text, self.window_timeout)
+
+    # -- entry point ------------------------------------------------------------------------------------
+
+    def query(self, text: str, target: QueryTarget) -> Result:
+        """Evaluate an extended query: de-skolemized QuerySolutions, a QueryBoolean, a list of Triples
+        (CONSTRUCT / DESCRIBE), or a list of Quads (CONSTRUCT with a quad template)."""
+        extended = checked_query(text, target.base_iri)
+        target = self._pinned(target)
+        sparql = self._spliced(extended, target)
+        if extended.template is not None:
+            solutions = self._select(sparql, target, extended.uses_then)
+            return ConstructedQuads(instantiate(extended.template, solutions.rows))
+        with self._reading(target) as store:
+            result = self._run(store, sparql, target, extended.uses_then)
+            if isinstance(result, QueryBoolean):
+                return result
+            if isinstance(result, QueryTriples):
+                return ConstructedTriples(
+                    Triple(*(_deskolemize(t) for t in (x.subject, x.predicate, x.object))) for x in result)
+            return _deskolemized_solutions(result)
+
+    # -- splicing parts ---------------------------------------------------------------------------------
+
+    def _spliced(self, extended: ExtendedQuery, target: QueryTarget) -> str:
+        """``extended.sparql`` with each placeholder replaced by its part's solutions as a VALUES table."""
+        sparql = extended.sparql
+        tables = [(part.placeholder, self._table(part, target)) for part in extended.parts]
+        for (start, end), table in sorted(tables, key=lambda item: item[0][0], reverse=True):
+            sparql = sparql[:start] + table + sparql[end:]
+        return sparql
+
+    def _table(self, part: ExtensionPart, target: QueryTarget) -> str:
+        header = part.values_variables
+        names = [v[1:] for v in header]
+        rows: list[Row] = []
+        if not part.target_is_variable:
+            rows = self._part_rows(part, part.target, target)
+        else:
+            variable = part.target[1:]
+            prefix = parse_extended(part.prefix, target.base_iri)
+            bound = self._select(self._spliced(prefix, target), target, prefix.uses_then,
+                                 cacheable=not prefix.parts)
+            values = list(dict.fromkeys(row[variable] for row in bound.rows if variable in row))
+            if self.pins and part.kind == "service":
+                # a rule firing: a SERVICE ?var whose values include the window that fired reads only that
+                # window, so a rule over many patients' streams reports the firing patient, not all of them
+                firing = [v for v in values if isinstance(v, NamedNode) and self.windowed_input(v.value) in self.pins]
+                values = firing or values
+            for value in values:
+                try:
+                    part_rows = self._part_rows(part, value, target)
+                except WindowNotComplete:
+                    if not self.pins:
+                        raise
+                    continue  # a rule firing: a stream whose window sequence has not completed one yet joins nothing
+                for row in part_rows:
+                    if variable in row and row[variable] != value:
+                        continue  # the inner bound the target variable to something else: no join
+                    rows.append({**row, variable: value})
+        return values_table(names, rows)
+
+    def _part_rows(self, part: ExtensionPart, value: Term | str, target: QueryTarget) -> list[Row]:
+        """The solutions of a part's inner pattern over the dataset its target (a constant or a value) names."""
+        try:
+            if part.kind == "service":
+                iri = value if isinstance(value, str) else _iri_value(value, part)
+                return self._service(part, iri, target)
+            text = value if isinstance(value, str) else _designator_text(value)
+            if part.kind == "revision":
+                sub = self._revision_target(text, target)
+            else:
+                sub = self._window_target(text, target)
+            return self._inner(part, sub).rows
+        except (StoreError, OSError, ValueError) as error:  # requests' errors are OSErrors
+            if part.silent:  # SPARQL 1.1 Federated Query §4: one solution binding nothing (the join identity)
+                return [{}]
+            raise _failed(error, value if isinstance(value, str) else str(value)) from None
+
+    def _inner(self, part: ExtensionPart, target: QueryTarget) -> Solutions:
+        if isinstance(part.inner, ExtendedQuery):
+            return self._select(self._spliced(part.inner, target), target, part.inner.uses_then)
+        return self._select(part.inner, target, False, cacheable=True)
+
+    # -- datasets ------------------------------------------------------------------------------------------
+
+    def _pinned(self, target: QueryTarget) -> QueryTarget:
+        if target.store is None and target.revision is None:
+            target = replace(target, revision=self.dataset.head)
+        if target.store is None and target.then_time is None:
+            revision = self.dataset.revision(target.revision)  # type: ignore[arg-type]
+            if revision is not None:
+                target = replace(target, then_time=int(revision.committed_at.timestamp() * 1_000_000))
+        return target
+
+    def _revision_target(self, text: str, target: QueryTarget) -> QueryTarget:
+        if target.stream is not None:
+            return self._stream_target(target.stream, revision_selection(target.stream, text), target.base_iri)
+        ordinal = self.dataset.resolve(text)
+        return self._pinned(QueryTarget(None, target.default_graph, target.named_graphs, None, target.base_iri,
+                                        ordinal if ordinal is not None else self.dataset.head))
+
+    def _window_target(self, text: str, target: QueryTarget) -> QueryTarget:
+        if target.stream is None:
+            raise QueryFailed(f"WINDOWS {text}: the dataset being queried is not a stream (query a stream IRI, "
+                              "or use SERVICE <…/streams/NAME?WINDOWS=…>)")
+        return self._stream_target(target.stream, self._window_of(target.stream, text), target.base_iri)
+
+    @staticmethod
+    def _stream_target(stream: Stream, selected: SelectedWindow, base_iri: str | None) -> QueryTarget:
+        return QueryTarget(stream.window_store(selected.ordinals), None, None, selected.commit, base_iri, None,
+                           stream)
+
+    def static_solutions(self, sparql: str, base_iri: str | None) -> Solutions:
+        """A SELECT that reads only the dataset, at HEAD, through the per-revision cache (rule input discovery)."""
+        return self._select(sparql, self._pinned(QueryTarget(base_iri=base_iri)), False, cacheable=True)
+
+    def windowed_input(self, iri: str) -> tuple[str, str] | None:
+        """(stream name, canonical WindowRef) when ``iri`` is a repeating windowed IRI of this server's stream
+        (``BASE/streams/NAME?WINDOWS=R…`` or ``ALIAS?WINDOWS=R…``): what a rule reading it fires on."""
+        stream, query_string = self.local_stream(iri)
+        if stream is None:
+            return None
+        windows = windowed_params(query_string).windows
+        if windows is None:
+            return None
+        ref = parse_window_ref(windows)
+        return (stream, str(ref)) if ref.repeating else None
+
+    def local_stream(self, iri: str) -> tuple[str | None, str]:
+        """The name of the stream of this server ``iri`` addresses (None if none) and the IRI's query string."""
+        for base in self.local_bases:
+            if iri.startswith(f"{base}/streams/"):
+                parts = urlsplit(iri)
+                return parts.path.rsplit("/", 1)[-1], parts.query
+        address, _, query_string = iri.partition("?")
+        stream = self.catalog.by_alias(address)
+        return (stream.config.name, query_string) if stream is not None else (None, "")
+
+    def local_target(self, iri: str) -> QueryTarget | None:
+        """The in-process dataset a SERVICE IRI names, or None when it is not this server's."""
+        for base in self.local_bases:
+            if iri == f"{base}/sparql" or iri.startswith(f"{base}/sparql?"):
+                return self._pinned(QueryTarget(base_iri=iri))
+        name, query_string = self.local_stream(iri)
+        return None if name is None else self._windowed(self.catalog.get(name), query_string, iri)
+
+    def _windowed(self, stream: Stream, query_string: str, iri: str) -> QueryTarget:
+        windows = windowed_params(query_string).windows
+        if windows is None:
+            selected = revision_selection(stream, None)
+        else:
+            selected = self._window_of(stream, windows)
+        return self._stream_target(stream, selected, iri)
+
+    def _service(self, part: ExtensionPart, iri: str, target: QueryTarget) -> list[Row]:
+        local = self.local_target(iri)
+        if local is not None:
+            return self._inner(part, local).rows
+        if self.http is None:
+            raise QueryFailed(f"SERVICE <{iri}> is not this server's and no HTTP client is configured")
+        text = part.inner.original if isinstance(part.inner, ExtendedQuery) else part.inner
+        response = self.http.post(iri, data=text.encode("utf-8"), timeout=self.http_timeout, headers={
+            "Content-Type": "application/sparql-query; charset=utf-8",
+            "Accept": "application/sparql-results+json"})
+        if response.status_code != 200:
+            raise QueryFailed(f"SERVICE <{iri}> answered {response.status_code}: {response.text[:500]}")
+        results = parse_query_results(response.content, QueryResultsFormat.JSON)
+        if isinstance(results, QueryBoolean):
+            return [{}] if bool(results) else []
+        return _rows(results)
+
+    # -- running pyoxigraph ------------------------------------------------------------------------------
+
+    @contextmanager
+    def _reading(self, target: QueryTarget) -> Iterator[Store]:
+        if target.store is not None:
+            with nullcontext(target.store) as store:
+                yield store
+        else:
+            with self.dataset.reading(target.revision) as store:
+                yield store
+
+    def _select(self, sparql: str, target: QueryTarget, uses_then: bool, *, cacheable: bool = False) -> Solutions:
+        """Solutions of a SELECT; ``cacheable`` ones that read only the dataset come from the per-revision cache."""
+        if cacheable and target.store is None and target.revision is not None and not uses_then and is_static(sparql):
+            context = f"{target.base_iri} {target.default_graph} {target.named_graphs}"
+            return self.cache.get(sparql, target.revision, context, lambda: self._select(sparql, target, uses_then))
+        with self._reading(target) as store:
+            result = self._run(store, sparql, target, uses_then)
+            if not isinstance(result, QuerySolutions):
+                raise QueryFailed("an extension part or prefix must be a SELECT")
+            return Solutions([v.value for v in result.variables], _rows(result))
+
+    @staticmethod
+    def _run(store: Store, sparql: str, target: QueryTarget, uses_then: bool) -> Any:
+        functions = {NamedNode(THEN_FUNCTION): _then(target.then_time)}
+        try:
+            return store.query(sparql, base_iri=target.base_iri, default_graph=target.default_graph,
+                               named_graphs=target.named_graphs, custom_functions=functions)
+        except SyntaxError as error:  # only rewritten text fails here: a defect of the rewriting
+            raise QueryFailed.from_pyoxigraph("rewritten query is not valid SPARQL 1.1", error) from None
+        except (OSError, RuntimeError, ValueError) as error:
+            raise QueryFailed(f"query evaluation failed: {error}") from None
+
+
+# -- syntax: everything is checked before anything is evaluated --------------------------------------------
+
+@functools.lru_cache(maxsize=512)
+def checked_query(text: str, base_iri: str | None) -> ExtendedQuery:
+    """The parsed query, its main query and every part's checked by pyoxigraph (errors at the user's line and
+    column). Cached: a rule evaluates the same text on every firing (parsing and checking were half of a
+    firing's own time); a failing text raises and is not cached."""
+    extended = parse_extended(text, base_iri)
+    _check(extended, text, lambda offset: offset)
+    return extended
+
+
+def _check(extended: ExtendedQuery, user_text: str, to_user: Mapper) -> None:
+    _check_syntax(extended.sparql, user_text, lambda o: to_user(extended.original_offset(o)))
+    for part in extended.parts:
+        def part_to_user(offset: int, part: ExtensionPart = part) -> int:
+            return to_user(part.original_offset(offset))
+        if isinstance(part.inner, ExtendedQuery):
+            _check(part.inner, user_text, part_to_user)
+        else:
+            _check_syntax(part.inner, user_text, part_to_user)
+
+
+# -- terms and tables ------------------------------------------------------------------------------------
+
+def _then(micros: int | None) -> Callable[[], Literal | None]:
+    value = None if micros is None else Literal(format_micros(micros), datatype=_XSD_DATETIME)
+    return lambda: value
+
+
+def _rows(solutions: QuerySolutions) -> list[Row]:
+    names = [v.value for v in solutions.variables]
+    return [{name: solution[name] for name in names if solution[name] is not None} for solution in solutions]
+
+
+def skolemize(term: Term) -> Term:
+    if isinstance(term, BlankNode):
+        return NamedNode(SKOLEM_PREFIX + term.value)
+    if isinstance(term, Triple):
+        return Triple(skolemize(term.subject), term.predicate, skolemize(term.object))
+    return term
+
+
+def _deskolemize(term: Term) -> Term:
+    if isinstance(term, NamedNode) and term.value.startswith(SKOLEM_PREFIX):
+        return BlankNode(term.value[len(SKOLEM_PREFIX):])
+    if isinstance(term, Triple):
+        return Triple(_deskolemize(term.subject), term.predicate, _deskolemize(term.object))
+    return term
+
+
+def values_table(names: list[str], rows: list[Row]) -> str:
+    """A VALUES block in N-Triples term syntax (blank nodes skolemized, unbound as UNDEF)."""
+    header = " ".join(f"?{name}" for name in names)
+    body = " ".join(
+        "(" + " ".join(str(skolemize(row[name])) if name in row else "UNDEF" for name in names) + ")"
+        for row in rows)
+    return f"VALUES ({header}) {{ {body} }}"
+
+
+def _deskolemized_solutions(result: QuerySolutions) -> QuerySolutions:
+    """The solutions with skolem IRIs turned back into blank nodes (through SPARQL JSON, which keeps them
+    QuerySolutions that serialize to every results format)."""
+    import io
+
+    buffer = io.BytesIO()
+    result.serialize(buffer, QueryResultsFormat.JSON)
+    data = json.loads(buffer.getvalue())
+    for binding in data.get("results", {}).get("bindings", []):
+        for term in binding.values():
+            _deskolemize_json(term)
+    return parse_query_results(json.dumps(data).encode("utf-8"), QueryResultsFormat.JSON)  # type: ignore[return-value]
+
+
+def _deskolemize_json(term: dict[str, Any]) -> None:
+    if term.get("type") == "uri" and term["value"].startswith(SKOLEM_PREFIX):
+        term["type"], term["value"] = "bnode", term["value"][len(SKOLEM_PREFIX):]
+    elif term.get("type") == "triple":
+        for inner in term["value"].values():
+            _deskolemize_json(inner)
+
+
+def _iri_value(value: Term, part: ExtensionPart) -> str:
+    if not isinstance(value, NamedNode):
+        raise QueryFailed(f"SERVICE {part.target}: bound to {value}, which is not an IRI")
+    return value.value
+
+
+def _designator_text(value: Term) -> str:
+    text = value.value if isinstance(value, NamedNode | Literal) else str(value)
+    return text[len("urn:uuid:"):] if text.startswith("urn:uuid:") else text
+
+
+def _failed(error: Exception, target: str) -> StoreError:
+    if isinstance(error, StoreError):
+        return error
+    return QueryFailed(f"SERVICE <{target.strip('<>')}> failed: {error}")
+
+
+def _check_syntax(sparql: str, user_text: str, to_user: Mapper) -> None:
+    """Let pyoxigraph judge ``sparql`` on an empty store; report its error at the user's line and column."""
+    functions = {NamedNode(THEN_FUNCTION): lambda: None}
+    try:
+        Store().query(sparql, custom_functions=functions, base_iri="http://check.invalid/")
+    except SyntaxError as error:
+        message = str(error)
+        found = _LOCATION.search(message)
+        offset = _offset(sparql, int(found[1]), int(found[2])) if found else 0
+        detail = _LOCATION.sub("", message).replace("error :", "").strip().removeprefix("error").strip(" :")
+        raise QuerySyntaxError(detail, user_text, to_user(min(offset, len(sparql)))) from None
+    except (OSError, RuntimeError, ValueError):
+        pass  # evaluation errors on an empty store say nothing about syntax
+
+
+def _offset(text: str, line: int, column: int) -> int:
+    """Offset of a 1-based line and column (in characters)."""
+    lines = text.split("\n")
+    return sum(len(lines[i]) + 1 for i in range(min(line - 1, len(lines)))) + column - 1
+
+
+# -- quad templates --------------------------------------------------------------------------------------
+
+def instantiate(template: QuadTemplate, rows: list[Row]) -> list[Quad]:
+    """One instance of the template per solution, with fresh blank nodes per solution; quads with an unbound
+    variable or an invalid term position are skipped (as SPARQL CONSTRUCT skips such triples)."""
+    out: dict[Quad, None] = {}
+    for row in rows:
+        fresh: dict[str, BlankNode] = {}
+        for s, p, o, g in template.quads:
+            terms = [_template_term(t, row, fresh) for t in (s, p, o)]
+            graph = DefaultGraph() if g is None else _template_term(g, row, fresh)
+            subject, predicate, obj = terms
+            if (not isinstance(subject, NamedNode | BlankNode) or not isinstance(predicate, NamedNode)
+                    or obj is None or not isinstance(graph, NamedNode | BlankNode | DefaultGraph)):
+                continue
+            out[Quad(subject, predicate, obj, graph)] = None
+    return list(out)
+
+
+def _template_term(term: tuple[str, str], row: Row, fresh: dict[str, BlankNode]) -> Term:
+    kind, value = term
+    if kind == "var":
+        bound = row.get(value)
+        return None if bound is None else _deskolemize(bound)
+    if kind == "iri":
+        return NamedNode(value)
+    if kind == "bnode":
+        return fresh.setdefault(value, BlankNode())
+    return _literal(value)
+
+
+_LITERALS: dict[str, Literal] = {}
+
+
+def _literal(ntriples: str) -> Literal:
+    if ntriples not in _LITERALS:
+        [triple] = parse(f"<urn:s> <urn:p> {ntriples} .".encode(), RdfFormat.N_TRIPLES)
+        _LITERALS[ntriples] = triple.object
+    return _LITERALS[ntriples]

@@ -1,0 +1,358 @@
+"""Rules (DESIGN §1, issue 4): CONSTRUCT queries with an output stream, fired per completed window.
+
+Persisted under ``<data>/rules/NAME.rq`` (the text) and ``NAME.json`` (output stream, base IRI, inputs, status).
+A rule's *inputs* are the repeating windowed IRIs of this server it reads; each is a sequence registered on
+its stream (as ``select_window`` does for repeating refs), and each completed window of one fires the rule.
+
+- **Constant inputs** are found in the text: ``SERVICE <BASE/streams/NAME?WINDOWS=R…>`` (or a stream alias
+  IRI with ``?WINDOWS=R…``), and ``WINDOWS R… { … }`` inside ``SERVICE <BASE/streams/NAME>``.
+- **Discovered inputs**: ``SERVICE ?var`` at the top level of the rule, whose variable the static data binds
+  (``?hr prov:streamID ?id . BIND(IRI(CONCAT(STR(?id), '?WINDOWS=R/HEAD/PT05M/PT30S')) AS ?var)``). The
+  part's prefix (sparql_ext: the patterns before it, which read only the dataset) is evaluated over the
+  dataset at registration, and again after each dataset commit and each stream creation or reconfiguration,
+  so a patient added later is watched from then on.
+
+A rule that can never have an input (none of the above) is refused with 400, as is one whose ``SERVICE
+?var`` target depends on another extension part's result. A rule whose output stream is one of its inputs,
+directly or through other rules' outputs, is refused with 409 (a discovered input that would close a cycle
+is left out and reported in the rule's status).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pyoxigraph import NamedNode
+
+from sparql_ext import ExtendedQuery, parse_extended
+from sparql_ext.errors import SparqlExtError
+from sparql_ext.windowed import windowed_params
+from sparql_ext.windowing import resolve
+from sparql_ext.windowref import parse_window_ref
+from store.errors import StoreError
+from store.evaluation import ExtendedEvaluator
+from store.stream import StreamConfig, format_micros, now_micros, write_json
+from store.streams import check_stream_name
+
+log = logging.getLogger(__name__)
+
+
+class RuleRejected(StoreError):
+    """A rule that cannot be registered as written."""
+
+    status_hint = 400
+
+
+class RuleCycle(StoreError):
+    """A rule whose output would feed back into its own inputs."""
+
+    status_hint = 409
+
+
+class RuleNotFound(StoreError):
+    status_hint = 404
+
+
+@dataclass(frozen=True)
+class RuleInput:
+    stream: str
+    ref: str  # canonical repeating WindowRef
+    sequence: str  # sequence id on the stream
+
+
+@dataclass
+class RuleStatus:
+    firings: int = 0
+    outputs: int = 0  # elements appended to the output stream
+    failures: int = 0
+    waiting: int = 0  # firings skipped because another input had no complete window yet
+    last_latency_ms: float | None = None
+    last_error: str | None = None
+    last_window: str | None = None
+    log: list[str] = field(default_factory=list)  # the latest errors, newest last
+
+
+@dataclass
+class Rule:
+    name: str
+    text: str
+    output: str  # stream name
+    base: str  # this server's base URL when registered (resolves local stream IRIs)
+    inputs: list[RuleInput]
+    status: RuleStatus = field(default_factory=RuleStatus)
+    discovers: bool = False  # has SERVICE ?var inputs, re-discovered when the data changes
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "output": self.output, "base": self.base, "discovers": self.discovers,
+                "inputs": [asdict(i) for i in self.inputs], "status": asdict(self.status)}
+
+    @classmethod
+    def from_json(cls, text: str, data: dict) -> Rule:  # type: ignore[type-arg]
+        return cls(data["name"], text, data["output"], data["base"], [RuleInput(**i) for i in data["inputs"]],
+                   RuleStatus(**data.get("status", {})), data.get("discovers", False))
+
+
+LOG_KEEP = 20
+STATUS_SAVE_SECONDS = 1.0
+
+
+def output_stream_name(output: str, base: str) -> str:
+    """A stream name, or this server's stream URL (``BASE/streams/NAME``), as a stream name."""
+    prefix = base.rstrip("/") + "/streams/"
+    name = output[len(prefix):] if output.startswith(prefix) else output
+    try:
+        return check_stream_name(name)
+    except StoreError:
+        raise RuleRejected(f"output={output!r} is neither a stream name nor a stream URL of this server "
+                           f"({prefix}NAME)") from None
+
+
+@dataclass(frozen=True)
+class RuleAnalysis:
+    """What registration learns from a rule's text."""
+
+    constant: list[tuple[str, str]]  # (stream name, canonical repeating WindowRef)
+    discovered_by: list[tuple[str, str]]  # (prefix query binding the variable, '?var') of top-level SERVICE ?var
+
+
+def analyse_rule(text: str, base: str, evaluator: ExtendedEvaluator) -> RuleAnalysis:
+    """A rule's constant windowed inputs and the prefix queries that discover the others; refuses what cannot be
+    a rule."""
+    try:
+        extended = parse_extended(text, base)
+        if extended.template is None and "CONSTRUCT" not in extended.sparql.upper():
+            raise RuleRejected("a rule must be a CONSTRUCT query")
+        constant: dict[tuple[str, str], None] = {}
+        discovered_by: list[tuple[str, str]] = []
+        _walk(extended, None, evaluator, constant, discovered_by, top=True)
+    except SparqlExtError as error:
+        raise RuleRejected(f"rule is not valid extended SPARQL: {error}") from None
+    if not constant and not discovered_by:
+        raise RuleRejected(
+            "the rule reads no repeating windowed IRI of this server (SERVICE <BASE/streams/NAME?WINDOWS=R…>, "
+            "WINDOWS R… inside SERVICE <BASE/streams/NAME>, or SERVICE ?var with ?var bound from the dataset): "
+            "it would never fire")
+    return RuleAnalysis(list(constant), discovered_by)
+
+
+def _walk(query: ExtendedQuery, stream: str | None, evaluator: ExtendedEvaluator,
+          constant: dict[tuple[str, str], None], discovered_by: list[tuple[str, str]], *, top: bool) -> None:
+    for part in query.parts:
+        inner_stream: str | None = None
+        if part.kind == "service" and part.target_is_variable:
+            if not top:
+                raise RuleRejected(f"SERVICE {part.target} inside another SERVICE / REVISION / WINDOWS: a rule's "
+                                   "SERVICE ?var inputs are discovered from the dataset, so they must be at the top "
+                                   "level of the rule")
+            if parse_extended(part.prefix).parts:
+                raise RuleRejected(f"SERVICE {part.target}: its IRI depends on the result of another SERVICE / "
+                                   "REVISION / WINDOWS, so the rule's inputs cannot be discovered from the dataset")
+            discovered_by.append((part.prefix, part.target))
+        elif part.kind == "service":
+            name, query_string = evaluator.local_stream(part.target)
+            found = evaluator.windowed_input(part.target)
+            if found is not None:
+                constant[found] = None
+            elif name is not None and windowed_params(query_string).windows is None:
+                inner_stream = name
+        elif part.kind == "windows" and stream is not None:
+            ref = parse_window_ref(part.target)
+            if ref.repeating:
+                constant[(stream, str(ref))] = None
+        if isinstance(part.inner, ExtendedQuery):
+            _walk(part.inner, inner_stream, evaluator, constant, discovered_by, top=False)
+
+
+def discover(analysis: RuleAnalysis, base: str, evaluator: ExtendedEvaluator) -> list[tuple[str, str]]:
+    """The windowed inputs the dataset binds the rule's ``SERVICE ?var`` targets to, now (streams that exist)."""
+    found: dict[tuple[str, str], None] = {}
+    for prefix, variable in analysis.discovered_by:
+        for row in evaluator.static_solutions(prefix, base).rows:
+            value = row.get(variable[1:])
+            if isinstance(value, NamedNode):
+                windowed = evaluator.windowed_input(value.value)
+                if windowed is not None and evaluator.catalog.find(windowed[0]) is not None:
+                    found[windowed] = None
+    return sorted(found)
+
+
+def rule_file(text: str) -> tuple[str, str | None]:
+    """A ``.rq`` file's text and the output its first line declares (``# output: <IRI-or-name>``)."""
+    first, _, _ = text.partition("\n")
+    first = first.strip()
+    if first.startswith("#") and first[1:].strip().lower().startswith("output:"):
+        value = first[1:].strip()[len("output:"):].strip()
+        return text, value.strip("<>") or None
+    return text, None
+
+
+class RuleRegistry:
+    """Rules by name, persisted under ``<data>/rules``; re-discovers ``SERVICE ?var`` inputs when data changes."""
+
+    def __init__(self, directory: Path, evaluator: ExtendedEvaluator) -> None:
+        self.directory = directory
+        self.evaluator = evaluator
+        self.catalog = evaluator.catalog
+        self._lock = threading.RLock()
+        self._rules: dict[str, Rule] = {}
+        self._status_saved: dict[str, float] = {}  # monotonic time of each rule's last save
+        directory.mkdir(parents=True, exist_ok=True)
+        for meta in sorted(directory.glob("*.json")):
+            query = meta.with_suffix(".rq")
+            if query.exists():
+                rule = Rule.from_json(query.read_text(encoding="utf-8"), json.loads(meta.read_text()))
+                self._rules[rule.name] = rule
+        evaluator.dataset.on_commit.append(lambda _head: self.rediscover())
+        self.catalog.on_change.append(lambda _stream: self.rediscover())
+
+    def names(self) -> list[str]:
+        return sorted(self._rules)
+
+    def rules(self) -> list[Rule]:
+        with self._lock:
+            return [self._rules[name] for name in sorted(self._rules)]
+
+    def get(self, name: str) -> Rule:
+        rule = self._rules.get(name)
+        if rule is None:
+            raise RuleNotFound(f"no rule named {name!r}: create it with PUT /rules/{name}")
+        return rule
+
+    def put(self, name: str, text: str, output: str, base: str) -> tuple[Rule, bool]:
+        """Register (or replace) a rule; creates the output stream if missing. Returns the rule and whether
+        it is new. Raises RuleRejected (400) or RuleCycle (409) before anything is changed."""
+        try:
+            check_stream_name(name)
+        except StoreError:
+            raise RuleRejected(f"{name!r} is not a rule name: use 1-128 letters, digits, '.', '_' or '-'") from None
+        output_name = output_stream_name(output, base)
+        evaluator = self.evaluator.with_local_bases([base])
+        analysis = analyse_rule(text, base, evaluator)
+        pairs = [*analysis.constant, *discover(analysis, base, evaluator)]
+        missing = sorted({stream for stream, _ in analysis.constant if self.catalog.find(stream) is None})
+        if missing:
+            raise RuleRejected(f"rule {name!r} reads stream(s) {', '.join(missing)}, which do not exist: create them "
+                               "(PUT /streams/NAME) or register the rule that outputs them first")
+        with self._lock:
+            inputs_by_stream = {stream for stream, _ in pairs}
+            if self._reaches(output_name, inputs_by_stream, exclude=name):
+                raise RuleCycle(f"rule {name!r}: its output stream {output_name!r} feeds its own inputs "
+                                f"({', '.join(sorted(inputs_by_stream))}), directly or through other rules")
+            if self.catalog.find(output_name) is None:
+                self.catalog.put(StreamConfig(output_name))
+            old = self._rules.get(name)
+            rule = Rule(name, text, output_name, base.rstrip("/"), self._register(pairs),
+                        old.status if old else RuleStatus(), discovers=bool(analysis.discovered_by))
+            (self.directory / f"{name}.rq").write_text(text, encoding="utf-8")
+            self._rules[name] = rule
+            self.save(rule)
+            return rule, old is None
+
+    def _register(self, pairs: list[tuple[str, str]]) -> list[RuleInput]:
+        """The inputs, each sequence registered on its stream (once: windows of a ref are shared)."""
+        inputs = []
+        for stream_name, ref_text in pairs:
+            stream = self.catalog.get(stream_name)
+            sequence = stream.windows.find(ref_text) or stream.register(ref_text, resolve(parse_window_ref(ref_text),
+                                                                                            stream))
+            inputs.append(RuleInput(stream_name, ref_text, sequence.id))
+        return inputs
+
+    def rediscover(self) -> None:
+        """Re-evaluate the ``SERVICE ?var`` inputs of every rule that has them (the dataset or the streams
+        changed): new inputs are registered, inputs no longer bound are dropped."""
+        for rule in [r for r in self.rules() if r.discovers]:
+            evaluator = self.evaluator.with_local_bases([rule.base])
+            try:
+                analysis = analyse_rule(rule.text, rule.base, evaluator)
+                pairs = [*analysis.constant, *discover(analysis, rule.base, evaluator)]
+            except Exception as error:  # noqa: BLE001 - reported in the rule's status; the old inputs stay
+                self._report(rule, f"input discovery failed: {type(error).__name__}: {error}")
+                continue
+            with self._lock:
+                if self._rules.get(rule.name) is not rule or pairs == [(i.stream, i.ref) for i in rule.inputs]:
+                    continue
+                kept = []
+                for pair in pairs:
+                    if self._reaches(rule.output, {pair[0]}, exclude=rule.name):
+                        self._report(rule, f"input {pair[0]} {pair[1]} left out: the rule's output "
+                                           f"{rule.output!r} feeds it (a cycle)")
+                    else:
+                        kept.append(pair)
+                rule.inputs = self._register(kept)
+                self.save(rule)
+
+    def _report(self, rule: Rule, message: str) -> None:
+        log.warning("rule %s: %s", rule.name, message)
+        rule.status.log = [*rule.status.log, f"{format_micros(now_micros())} {message}"][-LOG_KEEP:]
+        self.save(rule)
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            self.get(name)
+            del self._rules[name]
+            (self.directory / f"{name}.json").unlink(missing_ok=True)
+            (self.directory / f"{name}.rq").unlink(missing_ok=True)
+
+    def save(self, rule: Rule) -> None:
+        with self._lock:
+            if self._rules.get(rule.name) is rule:
+                write_json(self.directory / f"{rule.name}.json", rule.to_json())
+                self._status_saved[rule.name] = time.monotonic()
+
+    def save_status(self, rule: Rule) -> None:
+        """Persist a successful firing's counters, at most once a second per rule: a durable write per firing
+        would cap firings at a few hundred per second, and a restart losing a second of counters loses no data."""
+        if time.monotonic() - self._status_saved.get(rule.name, float("-inf")) >= STATUS_SAVE_SECONDS:
+            self.save(rule)
+
+    def reading(self, stream: str, sequence: str) -> list[Rule]:
+        """The rules fired by a window of ``sequence`` on ``stream``."""
+        with self._lock:
+            return [rule for rule in self._rules.values()
+                    if any(i.stream == stream and i.sequence == sequence for i in rule.inputs)]
+
+    def load_directory(self, directory: Path, base: str) -> list[str]:
+        """Register every ``NAME.rq`` of a rules directory (start-up); returns the errors, one per bad file.
+
+        A rule may read another's output stream, which that rule creates: files that fail are retried
+        while another pass registers more, so the order of the files does not matter."""
+        pending = sorted(directory.glob("*.rq"))
+        errors: dict[Path, str] = {}
+        while pending:
+            failed = []
+            for path in pending:
+                text, output = rule_file(path.read_text(encoding="utf-8"))
+                try:
+                    if output is None:
+                        raise RuleRejected("no '# output: <IRI-or-stream-name>' first line")
+                    self.put(path.stem, text, output, base)
+                    errors.pop(path, None)
+                except StoreError as error:
+                    errors[path] = f"{path}: {error}"
+                    failed.append(path)
+            if len(failed) == len(pending):
+                break
+            pending = failed
+        return list(errors.values())
+
+    def _reaches(self, start: str, targets: set[str], exclude: str) -> bool:
+        """Whether stream ``start`` is, or feeds through the rules (except ``exclude``), one of ``targets``."""
+        seen: set[str] = set()
+        frontier = [start]
+        while frontier:
+            stream = frontier.pop()
+            if stream in targets:
+                return True
+            if stream in seen:
+                continue
+            seen.add(stream)
+            for rule in self._rules.values():
+                if rule.name != exclude and any(i.stream == stream for i in rule.inputs):
+                    frontier.append(rule.output)
+        return False

@@ -1,0 +1,108 @@
+"""Which elements of a stream a windowed IRI or a revision designator selects (no HTTP here).
+
+A one-shot WindowRef (``HEAD/-PT05M``, a datetime interval, ``HEAD~9/HEAD``) is an index look-up,
+waiting up to ``timeout`` seconds for a prospective window to complete; a repeating one (``R…``)
+is the latest complete window revision of its registered sequence (registered on first use).
+Each selection carries the window's *commit time*, what ``THEN()`` returns over it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sparql_ext import Head, Instant, Ordinal, RevisionId, parse_revision
+from sparql_ext.windowing import WindowNotResolvable, is_complete, resolve, to_micros, window
+from sparql_ext.windowref import parse_window_ref
+from store.errors import RevisionNotFound, WindowNotComplete
+from store.stream import Stream, format_micros, now_micros
+from store.windows import WindowRevision
+
+
+@dataclass
+class SelectedWindow:
+    """The elements a windowed IRI (or a stream revision) denotes, and which window they are."""
+
+    ordinals: list[int]
+    headers: dict[str, str] = field(default_factory=dict)  # Window-Index, Window-Id, Window-Start, Window-End
+    commit: int | None = None  # µs: when the concentrator had received all its elements (THEN())
+
+
+def select_window(stream: Stream, text: str, timeout: float) -> SelectedWindow:
+    """The elements of ``stream?WINDOWS=text``: a one-shot window from the timestamp index (waiting
+    for a prospective one to complete), or the latest complete window of a repeating sequence."""
+    ref = parse_window_ref(text)
+    if ref.repeating:
+        canonical = str(ref)
+        sequence = stream.windows.find(canonical) or stream.register(canonical, resolve(ref, stream))
+        revision = stream.windows.latest(sequence.id) or stream.windows.wait_for_window(sequence.id, 0, timeout)
+        if revision is None:
+            raise WindowNotComplete(
+                f"WINDOWS={text}: no window of this sequence has completed within {timeout:g} s (it is registered "
+                "and will materialize as stream time passes; retry, raise timeout=, or punctuate the stream)")
+        return revision_window(sequence.spec.kind, revision)
+    spec = resolve(ref, stream)
+    k = spec.first
+
+    def complete() -> bool:
+        return is_complete(spec, k, stream, watermark(stream))
+
+    if not complete() and not stream.wait_for(complete, timeout):
+        raise WindowNotComplete(
+            f"WINDOWS={text}: the window is not complete after {timeout:g} s: stream time has not reached its end "
+            "(send later elements or a punctuation, or raise timeout=)")
+    selected = window(spec, k, stream)
+    if selected is None:
+        raise WindowNotResolvable(f"WINDOWS={text}: the window's anchor element is not in the stream")
+    ordinals = list(selected.elements)
+    return SelectedWindow(ordinals, bounds_headers(spec.kind, selected.start, selected.end),
+                          _commit_of(stream, ordinals[-1] if ordinals else stream.head()))
+
+
+def revision_window(kind: str, revision: WindowRevision) -> SelectedWindow:
+    """A materialized window revision as a selection."""
+    return SelectedWindow(list(revision.ordinals()), {
+        "Window-Index": str(revision.index), "Window-Id": revision.uuid,
+        **bounds_headers(kind, revision.start, revision.end)}, revision.commit)
+
+
+def revision_ordinals(stream: Stream, designator_text: str | None) -> list[int]:
+    """The stream as a dataset at a revision (default HEAD): its retained elements up to it."""
+    return revision_selection(stream, designator_text).ordinals
+
+
+def revision_selection(stream: Stream, designator_text: str | None) -> SelectedWindow:
+    """``revision_ordinals`` with the commit time of the last element (``THEN()`` over it)."""
+    last = stream.head()
+    if designator_text is not None:
+        designator = parse_revision(designator_text)
+        found: int | None
+        if isinstance(designator, Head):
+            found = stream.head() - designator.back
+        elif isinstance(designator, Ordinal):
+            found = designator.number if designator.number <= stream.head() else None
+        elif isinstance(designator, RevisionId):
+            found = stream.ordinal_of(designator.uuid)
+        else:
+            assert isinstance(designator, Instant)
+            found = stream.last_at_or_before(to_micros(designator.at))
+        if found is None or found < stream.first_ordinal - 1:
+            raise RevisionNotFound(
+                f"revision-id={designator_text} names no retained element of stream {stream.config.name!r}")
+        last = found
+    return SelectedWindow(list(range(stream.first_ordinal, last + 1)), {}, _commit_of(stream, last))
+
+
+def watermark(stream: Stream) -> int | None:
+    return None if stream.stream_time is None else stream.stream_time - stream.config.lateness
+
+
+def bounds_headers(kind: str, start: int, end: int) -> dict[str, str]:
+    if kind == "count":
+        return {"Window-Start": f"element {start}", "Window-End": f"element {end}"}
+    return {"Window-Start": format_micros(start), "Window-End": format_micros(end)}
+
+
+def _commit_of(stream: Stream, ordinal: int) -> int:
+    """Commit time of an element; for an empty selection of an empty stream, now."""
+    record = stream.record(ordinal)
+    return record.commit if record is not None else now_micros()

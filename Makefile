@@ -20,4 +20,4 @@ test: $(VENV)/installed  ## install, then run the whole test suite (conformance 
 	$(VENV)/bin/python -m pytest
 
 lint: $(VENV)/installed
-	$(VENV)/bin/ruff check concentrator sparql_ext store protocol conformance bench tests
+	$(VENV)/bin/ruff check concentrator sparql_ext store protocol conformance bench tests examples

@@ -42,7 +42,8 @@ b. **Per-window cost: rule firing vs plain pyoxigraph** (in-process, no HTTP, no
    disk (the concentrator's stores are) and in memory; alternating order, ``--rounds`` rounds, medians. Two more
    rows show why windows are copied: the heart-rate SERVICE's inner SELECT alone, over a view of the stream's store
    (``default_graph=`` its 300 timestamp graphs, ``named_graphs=`` its 300 element graphs: what rules read before
-   ``Stream.window_store``), and over a store holding only the window. Above the 2× target, a few firings are profiled with cProfile.
+   ``Stream.window_store``), and over a store holding only the window. Above the 2× target, a few firings are
+   profiled with cProfile.
 
 c. **1,000 rules over 100 streams** (a real server, Spark pipeline, HTTP). ``--streams`` streams, each windowed by
    ``--rules-per-stream`` rules reading ``SERVICE <BASE/streams/sNNN?WINDOWS=R/HEAD/PT10S>`` (one shared sequence

@@ -22,11 +22,10 @@ import logging
 import threading
 import time
 import uuid
-from datetime import datetime
 
 from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad
 
-from store.elements import PROV_GENERATED_AT_TIME, ParsedElement, micros
+from store.elements import PROV_GENERATED_AT_TIME, ParsedElement, parse_timestamp
 from store.errors import WindowNotComplete
 from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget
 from store.rules import LOG_KEEP, Rule, RuleRegistry
@@ -118,7 +117,7 @@ def _elements(result: object, window_end: int) -> list[ParsedElement]:
         for quad in result:
             if isinstance(quad.graph_name, DefaultGraph):
                 if quad.predicate == stamp and isinstance(quad.object, Literal):
-                    times[quad.subject] = micros(datetime.fromisoformat(quad.object.value))
+                    times[quad.subject] = parse_timestamp(quad.object.value, f"output element {quad.subject}")
                 continue
             graphs.setdefault(quad.graph_name, []).append(quad)
         return [ParsedElement(graph, quads, times.get(graph, window_end))  # type: ignore[arg-type]

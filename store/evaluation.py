@@ -53,6 +53,7 @@ from pyoxigraph import (
 
 from sparql_ext import THEN_FUNCTION, ExtendedQuery, ExtensionPart, QuadTemplate, QuerySyntaxError, parse_extended
 from sparql_ext.windowed import windowed_params
+from sparql_ext.windowing import WindowNotResolvable
 from sparql_ext.windowref import parse_window_ref
 from store.cache import StaticResults, is_static
 from store.dataset import RevisionedDataset
@@ -207,10 +208,10 @@ class ExtendedEvaluator:
             for value in values:
                 try:
                     part_rows = self._part_rows(part, value, target)
-                except WindowNotComplete:
+                except (WindowNotComplete, WindowNotResolvable):
                     if not self.pins:
                         raise
-                    continue  # a rule firing: a stream whose window sequence has not completed one yet joins nothing
+                    continue  # a rule firing: a stream with no complete window yet (or no element) joins nothing
                 for row in part_rows:
                     if variable in row and row[variable] != value:
                         continue  # the inner bound the target variable to something else: no join

@@ -10,6 +10,7 @@ import requests
 from flask import Flask
 
 from protocol import gsp, rules, sparql, status, streams
+from protocol.continuous import Registrations
 from protocol.errors import register_error_handlers
 from store import RevisionedDataset
 from store.evaluation import ExtendedEvaluator
@@ -39,6 +40,7 @@ def create_app(config: ServerConfig, dataset: RevisionedDataset | None = None,
         app.extensions["dataset"], app.extensions["streams"], [], requests.Session())
     app.extensions["rules"] = rules_registry or RuleRegistry(config.data_dir / "rules", app.extensions["evaluator"])
     app.extensions["pipeline_status"] = pipeline_status or (lambda: {"state": "not running"})
+    app.extensions["continuous"] = Registrations()  # the continuous responses running now (/status)
     for blueprint in (sparql.bp, gsp.bp, status.bp, streams.bp, rules.bp):
         app.register_blueprint(blueprint)
     register_error_handlers(app)

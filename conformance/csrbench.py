@@ -98,10 +98,11 @@ class Report:
 class Alternative:
     """One output our evaluation admits: t0, which windows, and the reports."""
 
-    t0: int  # s
+    t0: int  # s (the first one giving these reports)
     grid: str  # "from t0" or "open at t0" (window close), "arrivals" (content change)
     window_ref: str
     reports: tuple[Report, ...]
+    origins: list[tuple[int, str]] = field(default_factory=list, compare=False)  # every (t0, grid) giving them
 
 
 @dataclass
@@ -221,7 +222,7 @@ def alternatives(bench: Benchmark, number: str, configuration: Configuration) ->
     query, size, slide = bench.query(number)
     spec = parse_report(configuration.report, configuration.operator)
     found: list[Alternative] = []
-    seen: set[tuple[tuple[int, frozenset[tuple[Solution, int]]], ...]] = set()
+    seen: dict[tuple[tuple[int, frozenset[tuple[Solution, int]]], ...], Alternative] = {}
     for t0 in range(0, size + 1):
         seen_times = [t for t in bench.times if t >= t0 * SECOND]  # the engine registered at t0
         offset = len(bench.times) - len(seen_times)  # element n of the index is bench element offset+n-1
@@ -257,8 +258,9 @@ def alternatives(bench: Benchmark, number: str, configuration: Configuration) ->
                     reports.append(Report(end, untagged(emitted)))
             key = tuple((r.time, frozenset(r.solutions.items())) for r in reports)
             if key not in seen:
-                seen.add(key)
-                found.append(Alternative(t0, grid, ref, tuple(reports)))
+                seen[key] = Alternative(t0, grid, ref, tuple(reports))
+                found.append(seen[key])
+            seen[key].origins.append((t0, grid))
     return found
 
 
@@ -320,7 +322,7 @@ def table(bench: Benchmark) -> tuple[list[Verdict], str]:
              "---|---|---|---"]
     for verdict in verdicts:
         if verdict.correct:
-            t0s = sorted({(a.t0, a.grid) for a in verdict.matches})
+            t0s = sorted({origin for a in verdict.matches for origin in a.origins})
             names = ", ".join(f"{t}" + (" (open at t0)" if g == "open at t0" else "") for t, g in t0s)
             detail = f"t0 ∈ {{{names}}} s; {len(verdict.answer)} reports; {timestamp_offsets(verdict)}"
         else:

@@ -120,3 +120,12 @@ def test_parse_errors_name_the_bad_part(report: str | None, operator: str | None
     assert names in str(caught.value)
     assert isinstance(caught.value, SparqlExtError)
     assert caught.value.status_hint == 400
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    import sparql_ext.reporting
+
+    result = doctest.testmod(sparql_ext.reporting)
+    assert result.failed == 0 and result.attempted > 0

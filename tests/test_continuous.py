@@ -4,6 +4,8 @@ server with the Spark pipeline. Expected windows worked out by hand in each test
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from conformance.server import RunningServer, running_server
+from conformance.server import REPO_ROOT, RunningServer, running_server
 
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
 XSD_DT = "http://www.w3.org/2001/XMLSchema#dateTime"
@@ -172,3 +174,29 @@ def test_answer_latest_is_one_response(server: RunningServer) -> None:
     assert requests.put(url, timeout=10).status_code == 201
     r = requests.get(url, params={"WINDOWS": "R/HEAD/PT1S", "answer": "latest", "timeout": "0"}, timeout=10)
     assert r.status_code == 503  # registered; no window complete yet (as for SERVICE callers, issue 3)
+
+
+def test_python_client_and_tail(server: RunningServer) -> None:
+    from concentrator.client import upload, windows
+
+    url = f"{server.url}/streams/client"
+    assert requests.put(url, timeout=10).status_code == 201
+    tail = subprocess.Popen([sys.executable, "-m", "concentrator", "tail", url, "R2/HEAD/PT1S", "--format",
+                             "application/n-quads"], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    got: list[Any] = []
+    query = f"SELECT ?g {{ ?g <{PROV}> ?t }}"
+    reader = threading.Thread(target=lambda: got.extend(windows(url, "R2/HEAD/PT1S", query=query)), daemon=True)
+    reader.start()
+    wait_registered(server, 2)
+    answer = upload(url, (element(n, s) for n, s in (("a", 0), ("b", 0.4), ("c", 1.1), ("d", 2.3))))
+    assert answer["committed"] == 4
+    reader.join(60)
+    assert [(w.index, w.start, w.end) for w in got] == [
+        (0, "2016-06-20T10:00:00Z", "2016-06-20T10:00:01Z"), (1, "2016-06-20T10:00:01Z", "2016-06-20T10:00:02Z")]
+    assert [sorted(b["g"]["value"] for b in w.json()["results"]["bindings"]) for w in got] == [
+        ["http://ex/a", "http://ex/b"], ["http://ex/c"]]
+    out, err = tail.communicate(timeout=60)
+    assert tail.returncode == 0, err
+    text = out.decode()
+    assert text.count("# window ") == 2 and "# window 1 [2016-06-20T10:00:01Z, 2016-06-20T10:00:02Z)" in text
+    assert "<http://ex/c>" in text and "<http://ex/d>" not in text

@@ -18,11 +18,13 @@ window completes (seed 003, "alternative stream packaging options"; docs/continu
 
 from __future__ import annotations
 
+import functools
 import itertools
 import select
 import socket
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -33,8 +35,8 @@ from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples, Rd
 from protocol.errors import BadRequest, NotAcceptable
 from protocol.negotiation import DATASET_FORMATS, GRAPH_FORMATS, RESULTS_FORMATS, best_media_type
 from sparql_ext import THEN_FUNCTION
-from sparql_ext.reporting import Reporter, ReportSpec, StreamOperator, parse_report
-from sparql_ext.windowing import resolve
+from sparql_ext.reporting import Reporter, ReportPolicy, ReportSpec, StreamOperator, parse_report
+from sparql_ext.windowing import Window, WindowSpec, bind_origin, bounds, resolve, window
 from sparql_ext.windowref import WindowRef, parse_window_ref
 from store.evaluation import (
     ConstructedQuads,
@@ -46,7 +48,7 @@ from store.evaluation import (
 )
 from store.selection import bounds_headers
 from store.stream import Stream, format_micros, now_micros
-from store.windows import Sequence, WindowRevision
+from store.windows import Sequence
 
 PACKAGINGS = ("chunked", "lines", "multipart", "event-stream")
 POLL_SECONDS = 0.5
@@ -101,12 +103,13 @@ class WindowResult:
     variables: tuple[str, ...] = ()
 
 
-def window_result(stream: Stream, revision: WindowRevision, query: str | None, evaluator: ExtendedEvaluator,
+def window_result(stream: Stream, ordinals: list[int], commit: int, query: str | None, evaluator: ExtendedEvaluator,
                   base_iri: str) -> WindowResult:
-    window = stream.window_store(list(revision.ordinals()))
+    """The result of ``query`` (None: the window dataset) over the window dataset of these elements."""
+    window = stream.window_store(ordinals)
     if query is None:
         return WindowResult("quads", list(window))
-    result = evaluator.query(query, QueryTarget(window, None, None, revision.commit, base_iri, None, stream))
+    result = evaluator.query(query, QueryTarget(window, None, None, commit, base_iri, None, stream))
     if isinstance(result, ConstructedQuads):
         return WindowResult("quads", list(result))
     if isinstance(result, ConstructedTriples):
@@ -132,23 +135,41 @@ def kind_of(query: str | None, base_iri: str | None) -> str:
         else "solutions"
 
 
-def producer(stream: Stream, query: str | None, evaluator: ExtendedEvaluator, base_iri: str, spec: ReportSpec,
-             media_type: str) -> Callable[[WindowRevision], bytes | None]:
-    """What each window gives the client: its result, through the report policy and the stream operator
-    (RStream: the window's result; IStream: what is new since the previous window; DStream: what left it)."""
-    reporter = Reporter(spec)
-    previous: list[Any] = []
+def numbered(items: list[Any]) -> list[tuple[Any, int]]:
+    """Equal items numbered ``(item, 1), (item, 2), …``: a bag as a set, so that the Reporter's set difference
+    (IStream, DStream) is bag difference — a solution found twice now and once before is new once.
 
-    def produce(revision: WindowRevision) -> bytes | None:
+    >>> numbered(["a", "b", "a"])
+    [('a', 1), ('b', 1), ('a', 2)]
+    """
+    seen: Counter[Any] = Counter()
+    result = []
+    for item in items:
+        seen[item] += 1
+        result.append((item, seen[item]))
+    return result
+
+
+def producer(stream: Stream, query: str | None, evaluator: ExtendedEvaluator, base_iri: str, spec: ReportSpec,
+             media_type: str) -> Callable[[list[int], int, int], bytes | None]:
+    """What each evaluation gives the client: ``produce(ordinals, commit, at)`` evaluates the query over those
+    elements (a window, or with ``content-change`` the window active at an arrival) and passes its result, as a
+    bag, through the report policy and the stream operator (RStream: the result; IStream: what is new since the
+    previous evaluation; DStream: what left it); ``at`` is the window's end or the arrival's time (µs)."""
+    reporter = Reporter(spec)
+    previous: list[tuple[Any, int]] = []
+
+    def produce(ordinals: list[int], commit: int, at: int) -> bytes | None:
         nonlocal previous
-        result = window_result(stream, revision, query, evaluator, base_iri)
-        emitted = reporter.on_window(revision.end, result.items)
-        source = previous if spec.operator is StreamOperator.DSTREAM else result.items
-        previous = result.items
+        result = window_result(stream, ordinals, commit, query, evaluator, base_iri)
+        current = numbered(result.items)
+        emitted = reporter.on_window(at, current)
+        source = previous if spec.operator is StreamOperator.DSTREAM else current
+        previous = current
         if emitted is None:
             return None
-        return serialize_items(result.kind, [item for item in source if item in emitted], result.variables,
-                               media_type)
+        return serialize_items(result.kind, [item for item, n in source if (item, n) in emitted],
+                               result.variables, media_type)
 
     return produce
 
@@ -250,8 +271,9 @@ def first_index(ref: WindowRef, sequence: Sequence, stream: Stream) -> int:
     return stream.windows.state.next_index.get(sequence.id, 0)
 
 
-def windows_body(stream: Stream, ref: WindowRef, sequence: Sequence, start: int, produce: Callable[[WindowRevision],
-                 bytes | None], packager: Packager, registration: Registration, registrations: Registrations,
+def windows_body(stream: Stream, ref: WindowRef, sequence: Sequence, start: int,
+                 produce: Callable[[list[int], int, int], bytes | None], packager: Packager,
+                 registration: Registration, registrations: Registrations,
                  client_gone: Callable[[], bool]) -> Iterator[bytes]:
     """The body of a continuous response; its ``finally`` ends the registration (disconnect, Rn reached, error)."""
     last = None if ref.count is None else ref.count - 1
@@ -273,7 +295,7 @@ def windows_body(stream: Stream, ref: WindowRef, sequence: Sequence, start: int,
                                       f"(more than {MAX_LAG}) and was ended: reconnect to continue live")
                 return
             for revision in itertools.takewhile(lambda r: last is None or r.index <= last, revisions):
-                body = produce(revision)
+                body = produce(list(revision.ordinals()), revision.commit, revision.end)
                 index = revision.index + 1
                 if body is None:
                     continue  # the report policy says nothing for this window
@@ -288,6 +310,102 @@ def windows_body(stream: Stream, ref: WindowRef, sequence: Sequence, start: int,
             yield f"--{packager.boundary}--\r\n".encode()
     finally:
         registrations.remove(registration.id)
+
+
+def active_window(spec: WindowSpec, k: int, ordinal: int, at: int, index: Stream) -> tuple[int, Window | None]:
+    """The oldest window of ``spec`` holding the element ``ordinal`` (time ``at``), searched from window ``k`` on
+    (arrivals come in order, so the search only moves forward): ``(k, window)``, window None when no window holds
+    the element (before the first window, or in a gap between hopping windows). Its ``elements`` are all those of
+    the window known now; the caller keeps the ones arrived so far."""
+    while True:
+        window_bounds = bounds(spec, k, index)
+        if window_bounds is None:
+            return k, None  # t0 or a count step not known yet
+        start, end = window_bounds
+        position = ordinal if spec.kind == "count" else at
+        past = position > end if spec.kind == "count" or spec.backward else position >= end
+        if past:
+            k += 1
+            continue
+        before = position < start if spec.kind == "count" or not spec.backward else position <= start
+        return k, None if before else window(spec, k, index)
+
+
+def arrivals_body(stream: Stream, ref: WindowRef, sequence: Sequence, first_ordinal: int,
+                  produce: Callable[[list[int], int, int], bytes | None], packager: Packager,
+                  registration: Registration, registrations: Registrations,
+                  client_gone: Callable[[], bool]) -> Iterator[bytes]:
+    """The body of a continuous response with ``report=content-change``: the query is evaluated at **every
+    element arrival**, over the oldest window holding the element with the elements arrived so far (the CSRBench
+    oracle's content-change policy, CQELS's behaviour), not at window completions. Each report is a part whose
+    ``Window-*`` headers name that window, with ``Arrival-Ordinal`` / ``Arrival-Time`` the element's.
+
+    Arrivals are followed on the stream's index (``Stream.wait_for``), in ordinal order; ``Rn`` ends the response
+    once an arrival falls after window n-1 or the window log has completed window n-1 (its end has passed: every
+    element of it has arrived)."""
+    spec = sequence.spec
+    last = None if ref.count is None else spec.first + ref.count - 1
+    ordinal, k = first_ordinal, spec.first
+    registrations.add(registration)
+    try:
+        while True:
+            if ordinal > stream.head():
+                latest = stream.windows.latest(sequence.id)
+                if last is not None and latest is not None and latest.index >= last and ordinal > stream.head():
+                    break  # window n-1 is complete and every arrival up to it was evaluated
+                if not stream.wait_for(functools.partial(arrived, stream, ordinal), POLL_SECONDS):
+                    if client_gone():
+                        return
+                    keepalive = packager.keepalive()
+                    if keepalive:
+                        yield keepalive
+                continue
+            record = stream.record(ordinal)
+            if record is None:  # expired before it was read: go on with the oldest retained element
+                ordinal = max(ordinal + 1, stream.first_ordinal)
+                continue
+            spec = bind_origin(spec, stream)
+            k, active = active_window(spec, k, ordinal, record.time, stream)
+            if last is not None and k > last:
+                break
+            if active is None:
+                if spec.origin is None and spec.kind == "time":
+                    stream.wait_for(functools.partial(origin_bound, spec, stream), POLL_SECONDS)
+                    continue  # t0 not known yet: try this arrival again
+                ordinal += 1
+                continue
+            members = [o for o in active.elements if o <= ordinal]
+            body = produce(members, record.commit, record.time)
+            ordinal += 1
+            if body is None:
+                continue
+            headers = {"Window-Index": str(active.index), "Window-Id": "",
+                       "Window-Committed": format_micros(record.commit),
+                       **bounds_headers(spec.kind, active.start, active.end),
+                       "Arrival-Ordinal": str(record.ordinal), "Arrival-Time": format_micros(record.time)}
+            registration.windows_sent += 1
+            registration.last_window = active.index
+            yield packager.part(headers, body)
+        if packager.packaging == "multipart":
+            yield f"--{packager.boundary}--\r\n".encode()
+    finally:
+        registrations.remove(registration.id)
+
+
+def arrived(stream: Stream, ordinal: int) -> bool:
+    return stream.head() >= ordinal
+
+
+def origin_bound(spec: WindowSpec, stream: Stream) -> bool:
+    return bind_origin(spec, stream).origin is not None
+
+
+def first_arrival(ref: WindowRef, stream: Stream) -> int:
+    """Where a content-change response starts: every retained element for a ref anchored at a past dateTime (a
+    replay), else the next element to arrive."""
+    if type(ref.start).__name__ == "Instant":
+        return stream.first_ordinal
+    return stream.head() + 1
 
 
 def gunicorn_client_gone(environ: dict[str, Any]) -> Callable[[], bool]:
@@ -340,8 +458,12 @@ def continuous_response(stream: Stream, windows: str, query: str | None) -> Resp
     packager = Packager(packaging, media_type)
     produce = producer(stream, query, evaluator, request.base_url, spec, media_type)
     registration = registration_for(stream, ref, packager, request.remote_addr or "")
-    body = windows_body(stream, ref, sequence, first_index(ref, sequence, stream), produce, packager, registration,
-                        current_app.extensions["continuous"], gunicorn_client_gone(request.environ))
+    if ReportPolicy.CONTENT_CHANGE in spec.policies:
+        body = arrivals_body(stream, ref, sequence, first_arrival(ref, stream), produce, packager, registration,
+                             current_app.extensions["continuous"], gunicorn_client_gone(request.environ))
+    else:
+        body = windows_body(stream, ref, sequence, first_index(ref, sequence, stream), produce, packager,
+                            registration, current_app.extensions["continuous"], gunicorn_client_gone(request.environ))
     return Response(body, mimetype=None, content_type=packager.content_type, headers={
         "Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Window-Sequence": sequence.id,
         "Report-Policy": ",".join(sorted(p.value for p in spec.policies)), "Stream-Operator": spec.operator.value})

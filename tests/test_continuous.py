@@ -200,3 +200,46 @@ def test_python_client_and_tail(server: RunningServer) -> None:
     text = out.decode()
     assert text.count("# window ") == 2 and "# window 1 [2016-06-20T10:00:01Z, 2016-06-20T10:00:02Z)" in text
     assert "<http://ex/c>" in text and "<http://ex/d>" not in text
+
+
+def test_content_change_evaluates_at_each_arrival(server: RunningServer) -> None:
+    # report=content-change: the query runs at every element arrival, over the oldest window holding the
+    # element with the elements arrived so far (CSRBench's content-change policy; docs/continuous.md).
+    url = f"{server.url}/streams/arrivals"
+    assert requests.put(url, timeout=10).status_code == 201
+    ref = "R2/2016-06-20T10:00:00Z/PT2S"  # windows [0, 2) and [2, 4) s; anchored in the past: every element
+    names = f"SELECT ?g WHERE {{ ?g <{PROV}> ?t }}"
+    values = "SELECT ?v WHERE { GRAPH ?g { ?s <http://ex/v> ?v } }"  # every element gives one solution v = 1
+    cases = {
+        "names": (names, "content-change,non-empty", "istream"),
+        "values": (values, "content-change,non-empty", "istream"),
+        "distinct": (values.replace("SELECT", "SELECT DISTINCT"), "content-change", "rstream"),
+    }
+    readers = {name: Reader(url, {"WINDOWS": ref, "query": query, "report": report, "operator": operator,
+                                  "packaging": "multipart"})
+               for name, (query, report, operator) in cases.items()}
+    for reader in readers.values():
+        reader.start()
+    wait_registered(server, 3)
+    # a 0, b 0.5, c 1 arrive in window 0; d 2.5, e 3 in window 1; z 5 is after window 1: R2 ends there.
+    body = "".join(element(n, s) for n, s in (("a", 0), ("b", 0.5), ("c", 1), ("d", 2.5), ("e", 3), ("z", 5)))
+    assert requests.post(url, data=body, headers=TRIG, timeout=30).ok
+    got = {}
+    for name, reader in readers.items():
+        assert reader.ended.wait(60), (name, reader.chunks)
+        assert reader.response is not None and reader.response.ok, reader.body()
+        parts = _multipart_parts(reader.body(), reader.response.headers["Content-Type"])
+        got[name] = [(headers["Window-Index"], headers["Arrival-Time"][17:-1],
+                      sorted(value["value"].removeprefix("http://ex/")
+                             for binding in json.loads(content)["results"]["bindings"] for value in binding.values()))
+                     for headers, content in parts]
+    # IStream: at each arrival the scope grows by the element, so what is new is that element's name; at d the
+    # scope restarts with window 1 = {d}, and d is new again.
+    assert got["names"] == [("0", "00", ["a"]), ("0", "00.5", ["b"]), ("0", "01", ["c"]),
+                            ("1", "02.5", ["d"]), ("1", "03", ["e"])]
+    # Bags: scopes give 1, 1 1, 1 1 1, then (window 1) 1, 1 1. IStream is bag difference: one new 1 at a, b, c
+    # and e; at d, {1} − {1, 1, 1} is empty, and non-empty drops it.
+    assert got["values"] == [("0", "00", ["1"]), ("0", "00.5", ["1"]), ("0", "01", ["1"]), ("1", "03", ["1"])]
+    # RStream + content-change alone: the DISTINCT result is {1} at every arrival; only the first is a change.
+    assert got["distinct"] == [("0", "00", ["1"])]
+    assert registrations(server) == []

@@ -43,6 +43,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import threading
+import time
 from collections import Counter
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
@@ -51,8 +54,11 @@ from functools import cached_property
 from pathlib import Path
 
 import pyoxigraph as ox
+import requests
 
-from conformance.csrbench_expected import normalize_query, read_properties
+from concentrator.client import _parts
+from conformance.csrbench_expected import normalize_query, read_properties, split_select
+from conformance.server import running_server
 from sparql_ext import ListIndex, Reporter, parse_report, parse_window_ref, resolve, window, windows
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -146,6 +152,13 @@ class Benchmark:
             self.times.append(second * SECOND)
             self.graphs.append(graph)
         self._cache: dict[tuple[str, tuple[int, ...]], Relation] = {}
+
+    @cached_property
+    def shared_triples(self) -> int:
+        """Triples in more than one element, plus blank nodes: both 0 makes ``union_query`` exact."""
+        seen = Counter((q.subject, q.predicate, q.object) for q in self.store)
+        blanks = sum(isinstance(q.subject, ox.BlankNode) or isinstance(q.object, ox.BlankNode) for q in self.store)
+        return sum(count > 1 for count in seen.values()) + blanks
 
     @cached_property
     def max_time(self) -> int:
@@ -264,6 +277,197 @@ def alternatives(bench: Benchmark, number: str, configuration: Configuration) ->
     return found
 
 
+# -- our concentrator's outputs ------------------------------------------------------------------------------------
+
+OUR_T0 = 0  # our windows are anchored at 1970-01-01T00:00:00Z: t0 is fixed, not a choice of the oracle's
+STREAM = "csrbench"
+
+
+def union_query(query: str) -> str:
+    """The query with each triple pattern of its WHERE in its own ``GRAPH ?_gN { … }``.
+
+    CSRBench evaluates a query over the merge of the window's elements as default graph; our window dataset has
+    the elements as named graphs (its default graph holds their timestamps). Matching each triple pattern in any
+    element graph is that merge's evaluation as long as no triple is in two elements (a solution would count
+    twice) and no blank node is shared: both hold for the CSRBench data (``Benchmark.shared_triples``). The
+    WHERE is a basic graph pattern with FILTERs (all 7 queries): it is read as Turtle (variables as IRIs, ``[…]``
+    blank nodes become variables) and written back one pattern at a time.
+
+    >>> print(union_query("PREFIX e: <http://e/> SELECT ?s WHERE { ?s e:p [ e:q ?v ] . FILTER(?v > 1) }"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    PREFIX e: <http://e/> SELECT ?s WHERE { GRAPH ?_g1 { ?_b1 <http://e/q> ?v }
+    GRAPH ?_g2 { ?s <http://e/p> ?_b1 } FILTER(?v > 1) }
+    """
+    head, body, rest = split_select(query)
+    filters: list[str] = []
+    while (match := re.search(r"\bFILTER\s*\(", body, re.IGNORECASE)) is not None:
+        depth, i = 1, match.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(body[i], 0)
+            i += 1
+        filters.append(body[match.start():i].strip())
+        body = body[:match.start()] + " " + body[i:]
+    prologue = "".join(f"@prefix {name}: <{iri}> .\n"
+                       for name, iri in re.findall(r"PREFIX\s+([\w-]*):\s*<([^>]*)>", head, re.IGNORECASE))
+    turtle = prologue + re.sub(r"\?(\w+)", r"<urn:csrbench:variable:\1>", body)
+    blanks: dict[str, str] = {}
+
+    def term(node: ox.NamedNode | ox.BlankNode | ox.Literal) -> str:
+        if isinstance(node, ox.NamedNode) and node.value.startswith("urn:csrbench:variable:"):
+            return "?" + node.value.removeprefix("urn:csrbench:variable:")
+        if isinstance(node, ox.BlankNode):
+            return blanks.setdefault(node.value, f"?_b{len(blanks) + 1}")
+        return str(node)
+
+    patterns = [f"GRAPH ?_g{n} {{ {term(t.subject)} {term(t.predicate)} {term(t.object)} }}"
+                for n, t in enumerate(ox.parse(turtle.encode(), format=ox.RdfFormat.TURTLE), start=1)]
+    return f"{head}WHERE {{ {' '.join(patterns + filters)} }}{rest}"
+
+
+def our_ref(bench: Benchmark, number: str) -> str:
+    """Query N's window sequence anchored at 0, ``Rn`` with n the windows that start up to the last element."""
+    _, size, slide = bench.query(number)
+    count = bench.max_time // (slide * SECOND) + 1
+    return f"R{count}/" + anchor_ref(OUR_T0, size, slide).removeprefix("R/")
+
+
+def end_of_stream(bench: Benchmark) -> int:
+    """The punctuation (µs) that closes every query's last window."""
+    ends = []
+    for number in QUERIES:
+        _, size, slide = bench.query(number)
+        ends.append((bench.max_time // (slide * SECOND)) * slide * SECOND + size * SECOND)
+    return max(ends)
+
+
+def stamp(micros: int) -> str:
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def micros_of(text: str) -> int:
+    at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return (at - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+@dataclass
+class Response:
+    """One continuous response of our server: query N under a configuration, read as multipart in a thread."""
+
+    number: str
+    configuration: Configuration
+    params: dict[str, str]
+    reports: list[Report] = field(default_factory=list)
+    error: str | None = None
+    ended: threading.Event = field(default_factory=threading.Event)
+
+    def read(self, url: str) -> None:
+        try:
+            with requests.get(url, params=self.params, stream=True, timeout=(30, None)) as response:
+                if not response.ok:
+                    self.error = f"{response.status_code}: {response.text.strip()}"
+                    return
+                boundary = response.headers["Content-Type"].split("boundary=", 1)[1].strip('"')
+                for headers, body in _parts(response.iter_content(chunk_size=None), boundary.encode()):
+                    if "Window-Index" not in headers:
+                        self.error = body.decode("utf-8", "replace")  # the server's closing notice
+                        continue
+                    at = headers.get("Arrival-Time") or headers["Window-End"]  # content change: the arrival
+                    self.reports.append(Report(micros_of(at), Counter(
+                        tuple(sorted((name, json_term_key(term)) for name, term in binding.items()))
+                        for binding in json.loads(body)["results"]["bindings"])))
+        except Exception as error:  # noqa: BLE001 - reported in the table
+            self.error = repr(error)
+        finally:
+            self.ended.set()
+
+
+def our_outputs(bench: Benchmark, timeout: float = 120) -> dict[tuple[str, str], Response]:
+    """Start our server (Spark pipeline), open the 14 continuous responses, replay the stream, punctuate its end,
+    and collect the reported relations."""
+    with running_server(["--threads", "40"]) as server:
+        url = f"{server.url}/streams/{STREAM}"
+        created = requests.put(url, timeout=30)
+        assert created.status_code == 201, created.text
+        responses = {}
+        for number in QUERIES:
+            query = union_query(bench.query(number)[0])
+            for configuration in CONFIGURATIONS:
+                responses[(number, configuration.name)] = Response(number, configuration, {
+                    "WINDOWS": our_ref(bench, number), "query": query, "report": configuration.report,
+                    "operator": configuration.operator, "packaging": "multipart",
+                    "format": "application/sparql-results+json"})
+        for response in responses.values():
+            threading.Thread(target=response.read, args=(url,), daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while len(requests.get(server.url + "/status", timeout=30).json()["continuous"]) < len(responses):
+            failed = [r.error for r in responses.values() if r.error]
+            if failed or time.monotonic() > deadline:
+                raise RuntimeError(f"responses not registered: {failed}\n{server.log_tail()}")
+            time.sleep(0.1)
+        for second, path in sorted((int(p.stem.split("_")[1]), p) for p in bench.root.glob("data/data_*.ttl")):
+            posted = requests.post(url, data=path.read_bytes(), headers={"Content-Type": "text/turtle"}, params={
+                "graph": f"http://csrbench/element/{second:02d}", "timestamp": stamp(second * SECOND)}, timeout=60)
+            assert posted.status_code == 200, posted.text
+        punctuated = requests.post(url, params={"punctuation": stamp(end_of_stream(bench))}, timeout=60)
+        assert punctuated.status_code == 200, punctuated.text
+        for response in responses.values():
+            if not response.ended.wait(max(0.0, deadline - time.monotonic())):
+                response.error = f"did not end in {timeout:g} s ({len(response.reports)} reports)"
+    return responses
+
+
+@dataclass
+class OurVerdict:
+    """Our output for query N under a configuration, judged against the outputs the oracle admits with t0 = 0."""
+
+    query: str
+    configuration: str
+    reports: tuple[Report, ...]
+    admitted: list[Alternative]
+    error: str | None = None
+
+    @cached_property
+    def matches(self) -> list[Alternative]:
+        return [a for a in self.admitted if [r.solutions for r in a.reports] == [r.solutions for r in self.reports]]
+
+    @property
+    def correct(self) -> bool:
+        return self.error is None and bool(self.matches)
+
+    def detail(self) -> str:
+        if self.error is not None:
+            return f"error: {self.error}"
+        if self.correct:
+            deltas = {(ours.time - theirs.time) // 1000
+                      for ours, theirs in zip(self.reports, self.matches[0].reports, strict=True)}
+            times = "report times = the oracle's" if deltas <= {0} else f"report time − oracle's: {sorted(deltas)} ms"
+            return f"{len(self.reports)} reports; {times}"
+        best = max(self.admitted, key=lambda a: prefix_length(a.reports, self.reports))
+        n = prefix_length(best.reports, self.reports)
+        oracle = best.reports[n] if n < len(best.reports) else None
+        ours = self.reports[n] if n < len(self.reports) else None
+        def shown(report: Report | None) -> str:
+            return "none" if report is None else f"@{report.time // 1000} ms {describe(report.solutions)}"
+        return (f"report {n + 1}: ours {shown(ours)} vs oracle {shown(oracle)}"
+                f" ({len(self.reports)} reports vs {len(best.reports)})")
+
+
+def prefix_length(reference: Iterable[Report], reports: Iterable[Report]) -> int:
+    n = 0
+    for a, b in zip(reference, reports, strict=False):
+        if a.solutions != b.solutions:
+            break
+        n += 1
+    return n
+
+
+def judge_ours(bench: Benchmark, response: Response) -> OurVerdict:
+    admitted = [a for a in alternatives(bench, response.number, response.configuration)
+                if any(t0 == OUR_T0 for t0, _ in a.origins)]
+    return OurVerdict(response.number, response.configuration.name, tuple(response.reports), admitted,
+                      response.error)
+
+
 def judge(bench: Benchmark, number: str, configuration: Configuration) -> Verdict:
     answer = bench.answer(configuration.name, number)
     verdict = Verdict(number, configuration.name, answer, alternatives(bench, number, configuration))
@@ -352,15 +556,41 @@ def table(bench: Benchmark) -> tuple[list[Verdict], str]:
     return verdicts, "\n".join(lines)
 
 
+def our_table(bench: Benchmark, responses: dict[tuple[str, str], Response],
+              engines: list[Verdict]) -> tuple[list[OurVerdict], str]:
+    """Our outputs judged (t0 = 0), next to the engines' verdicts."""
+    engine = {(v.query, v.configuration): v for v in engines}
+    verdicts = [judge_ours(bench, responses[(number, c.name)]) for number in QUERIES for c in CONFIGURATIONS]
+    lines = ["Our concentrator (continuous responses, t0 = 0) and the engines' answer files:",
+             "query | configuration | ours correct | engine answer correct | ours: reports / first difference",
+             "---|---|---|---|---"]
+    for verdict in verdicts:
+        theirs = engine[(verdict.query, verdict.configuration)].correct
+        lines.append(f"q{verdict.query} | {verdict.configuration} | {'yes' if verdict.correct else 'NO'} | "
+                     f"{'yes' if theirs else 'no'} | {verdict.detail()}")
+    correct = sum(v.correct for v in verdicts)
+    lines.append(f"ours: {correct} of {len(verdicts)} correct; engines: {sum(v.correct for v in engines)} of "
+                 f"{len(engines)}")
+    return verdicts, "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csrbench", type=Path, default=DEFAULT_CSRBENCH)
+    parser.add_argument("--engines-only", action="store_true", help="judge the answer files only (no server)")
     args = parser.parse_args()
-    _, text = table(Benchmark(args.csrbench))
+    bench = Benchmark(args.csrbench)
+    engines, text = table(bench)
+    if not args.engines_only:
+        assert bench.shared_triples == 0, "union_query is exact only without shared triples / blank nodes"
+        _, ours = our_table(bench, our_outputs(bench), engines)
+        print(ours + "\n")
+        print("The engines' answer files in detail:")
     print(text)
 
 
-__all__ = ["Benchmark", "CONFIGURATIONS", "Configuration", "judge", "table"]
+__all__ = ["Benchmark", "CONFIGURATIONS", "Configuration", "OurVerdict", "judge", "judge_ours", "our_outputs",
+           "our_table", "table"]
 
 if __name__ == "__main__":
     main()

@@ -231,12 +231,14 @@ def untagged(emitted: frozenset) -> Relation:  # type: ignore[type-arg]
     return Counter(solution for solution, _ in emitted)
 
 
-def alternatives(bench: Benchmark, number: str, configuration: Configuration) -> list[Alternative]:
+def alternatives(bench: Benchmark, number: str, configuration: Configuration,
+                 t0s: Iterable[int] | None = None) -> list[Alternative]:
+    """The outputs the oracle admits, for t0 in ``t0s`` (default: 0 … α s)."""
     query, size, slide = bench.query(number)
     spec = parse_report(configuration.report, configuration.operator)
     found: list[Alternative] = []
     seen: dict[tuple[tuple[int, frozenset[tuple[Solution, int]]], ...], Alternative] = {}
-    for t0 in range(0, size + 1):
+    for t0 in range(0, size + 1) if t0s is None else t0s:
         seen_times = [t for t in bench.times if t >= t0 * SECOND]  # the engine registered at t0
         offset = len(bench.times) - len(seen_times)  # element n of the index is bench element offset+n-1
         index = ListIndex.of_times(seen_times)
@@ -462,8 +464,10 @@ def prefix_length(reference: Iterable[Report], reports: Iterable[Report]) -> int
 
 
 def judge_ours(bench: Benchmark, response: Response) -> OurVerdict:
-    admitted = [a for a in alternatives(bench, response.number, response.configuration)
-                if any(t0 == OUR_T0 for t0, _ in a.origins)]
+    # our windows are the grid from t0 (the ref is anchored at t0 = 0): not the grid extended back to the windows
+    # open at t0, which the oracle also admits for an engine that registered at t0
+    admitted = [a for a in alternatives(bench, response.number, response.configuration, [OUR_T0])
+                if any(grid != "open at t0" for _, grid in a.origins)]
     return OurVerdict(response.number, response.configuration.name, tuple(response.reports), admitted,
                       response.error)
 

@@ -152,6 +152,7 @@ class Benchmark:
             self.times.append(second * SECOND)
             self.graphs.append(graph)
         self._cache: dict[tuple[str, tuple[int, ...]], Relation] = {}
+        self._predicate_cache: dict[str, list[ox.NamedNode]] = {}
 
     @cached_property
     def shared_triples(self) -> int:
@@ -176,12 +177,26 @@ class Benchmark:
         """Solutions of the query over the union of the given elements (0-based), as a multiset."""
         key = (query, tuple(members))
         if key not in self._cache:
-            result = self.store.query(query, default_graph=[self.graphs[n] for n in key[1]])
+            # A copy holding the triples whose predicate the query names: the same solutions (no pattern can
+            # match another triple), ten times faster than default_graph= over the whole elements for query 6.
+            predicates = self._predicates(query)
+            window = ox.Store()
+            window.extend(ox.Quad(q.subject, q.predicate, q.object, ox.DefaultGraph())
+                          for n in key[1] for p in predicates
+                          for q in self.store.quads_for_pattern(None, p, None, self.graphs[n]))
+            result = window.query(query)
             variables = [variable.value for variable in result.variables]
             self._cache[key] = Counter(
                 tuple(sorted((name, term_key(row[name])) for name in variables if row[name] is not None))
                 for row in result)
         return self._cache[key]
+
+    def _predicates(self, query: str) -> list[ox.NamedNode]:
+        if query not in self._predicate_cache:
+            _, patterns, _, _ = basic_graph_pattern(query)
+            assert all(p.startswith("<") for _, p, _ in patterns), f"a variable predicate: {query}"
+            self._predicate_cache[query] = [ox.NamedNode(p[1:-1]) for p in dict.fromkeys(p for _, p, _ in patterns)]
+        return self._predicate_cache[query]
 
     def answer(self, engine: str, number: str) -> tuple[Report, ...]:
         data = json.loads((self.root / "resources" / "answers" / f"{engine}-answer-{number}.json").read_text())
@@ -285,21 +300,10 @@ OUR_T0 = 0  # our windows are anchored at 1970-01-01T00:00:00Z: t0 is fixed, not
 STREAM = "csrbench"
 
 
-def union_query(query: str) -> str:
-    """The query with each triple pattern of its WHERE in its own ``GRAPH ?_gN { … }``.
-
-    CSRBench evaluates a query over the merge of the window's elements as default graph; our window dataset has
-    the elements as named graphs (its default graph holds their timestamps). Matching each triple pattern in any
-    element graph is that merge's evaluation as long as no triple is in two elements (a solution would count
-    twice) and no blank node is shared: both hold for the CSRBench data (``Benchmark.shared_triples``). The
-    WHERE is a basic graph pattern with FILTERs (all 7 queries): it is read as Turtle (variables as IRIs, ``[…]``
-    blank nodes become variables) and written back one pattern at a time.
-
-    >>> print(union_query("PREFIX e: <http://e/> SELECT ?s WHERE { ?s e:p [ e:q ?v ] . FILTER(?v > 1) }"))
-    ... # doctest: +NORMALIZE_WHITESPACE
-    PREFIX e: <http://e/> SELECT ?s WHERE { GRAPH ?_g1 { ?_b1 <http://e/q> ?v }
-    GRAPH ?_g2 { ?s <http://e/p> ?_b1 } FILTER(?v > 1) }
-    """
+def basic_graph_pattern(query: str) -> tuple[str, list[tuple[str, str, str]], list[str], str]:
+    """(head, triple patterns, FILTERs, rest) of a SELECT whose WHERE is a basic graph pattern with FILTERs (all 7
+    queries). The WHERE is read as Turtle (variables as IRIs; ``[…]`` blank nodes become variables ``?_bN``);
+    each term is written back in SPARQL (full IRIs)."""
     head, body, rest = split_select(query)
     filters: list[str] = []
     while (match := re.search(r"\bFILTER\s*\(", body, re.IGNORECASE)) is not None:
@@ -321,9 +325,27 @@ def union_query(query: str) -> str:
             return blanks.setdefault(node.value, f"?_b{len(blanks) + 1}")
         return str(node)
 
-    patterns = [f"GRAPH ?_g{n} {{ {term(t.subject)} {term(t.predicate)} {term(t.object)} }}"
-                for n, t in enumerate(ox.parse(turtle.encode(), format=ox.RdfFormat.TURTLE), start=1)]
-    return f"{head}WHERE {{ {' '.join(patterns + filters)} }}{rest}"
+    patterns = [(term(t.subject), term(t.predicate), term(t.object))
+                for t in ox.parse(turtle.encode(), format=ox.RdfFormat.TURTLE)]
+    return head, patterns, filters, rest
+
+
+def union_query(query: str) -> str:
+    """The query with each triple pattern of its WHERE in its own ``GRAPH ?_gN { … }``.
+
+    CSRBench evaluates a query over the merge of the window's elements as default graph; our window dataset has
+    the elements as named graphs (its default graph holds their timestamps). Matching each triple pattern in any
+    element graph is that merge's evaluation as long as no triple is in two elements (a solution would count
+    twice) and no blank node is shared: both hold for the CSRBench data (``Benchmark.shared_triples``).
+
+    >>> print(union_query("PREFIX e: <http://e/> SELECT ?s WHERE { ?s e:p [ e:q ?v ] . FILTER(?v > 1) }"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    PREFIX e: <http://e/> SELECT ?s WHERE { GRAPH ?_g1 { ?_b1 <http://e/q> ?v }
+    GRAPH ?_g2 { ?s <http://e/p> ?_b1 } FILTER(?v > 1) }
+    """
+    head, patterns, filters, rest = basic_graph_pattern(query)
+    graphs = [f"GRAPH ?_g{n} {{ {s} {p} {o} }}" for n, (s, p, o) in enumerate(patterns, start=1)]
+    return f"{head}WHERE {{ {' '.join(graphs + filters)} }}{rest}"
 
 
 def our_ref(bench: Benchmark, number: str) -> str:

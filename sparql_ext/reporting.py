@@ -61,7 +61,8 @@ we had to choose:
   arrival of stream content**, over the content of the oldest open window so far; it does not compare
   contents itself — with ``istream`` and no empty relations an unchanged content emits nothing. That
   is a different sequence of "windows" (one per arrival), which the caller produces and feeds to the
-  ``Reporter`` (``conformance/csrbench.py``); ``content-change`` then also drops unchanged contents
+  ``Reporter`` (``conformance/csrbench.py``; continuous responses with ``report=content-change``,
+  ``protocol/continuous.py``); ``content-change`` then also drops unchanged contents
   explicitly, which with ``istream`` + ``non-empty`` changes nothing and with ``rstream`` removes
   repeated reports. The oracle refuses windowclose and contentchange together; we allow it (a window
   close reported only if its content changed).

@@ -9,6 +9,9 @@ window completes (seed 003, "alternative stream packaging options"; docs/continu
 - **Which windows**: from the first window completing after the request (a ``R/<dateTime>/…`` ref anchored in
   the past replays the sequence from its first window, then continues live); ``Rn`` ends the response after its
   sequence's window n-1.
+- **Content change** (``report=`` containing ``content-change``): the query is evaluated at every element
+  arrival, over the oldest window holding the element with the elements arrived so far (``arrivals_body``), not
+  at window completions; results go through the Reporter as bags (``numbered``).
 - **Pull, not push**: the response reads window revisions from the stream's window log at the client's pace.
   Nothing is buffered per client and ingestion never waits for one; a client that falls more than
   ``MAX_LAG`` windows behind the latest is ended (its last part says so where the packaging can).

@@ -129,3 +129,19 @@ def test_docstring_examples() -> None:
 
     result = doctest.testmod(sparql_ext.reporting)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_bags_through_numbered_rows() -> None:
+    # Continuous responses number equal rows (protocol.continuous.numbered) so that the Reporter's set
+    # difference is bag difference. Per-arrival scopes of the content-change example in docs/continuous.md
+    # with a query giving v = 1 per element: 1 | 1 1 | 1 1 1 | (new window) 1 | 1 1.
+    from protocol.continuous import numbered
+
+    reporter = Reporter(parse_report("content-change,non-empty", "istream"))
+    scopes = [["1"], ["1", "1"], ["1", "1", "1"], ["1"], ["1", "1"]]
+    emitted = [reporter.on_window(n * S, numbered(rows)) for n, rows in enumerate(scopes)]
+    assert emitted == [frozenset({("1", 1)}), frozenset({("1", 2)}), frozenset({("1", 3)}), None,
+                       frozenset({("1", 2)})]
+    # as plain sets, nothing after the first arrival would be new
+    plain = Reporter(parse_report("content-change,non-empty", "istream"))
+    assert [plain.on_window(n * S, rows) for n, rows in enumerate(scopes)] == [frozenset({"1"})] + [None] * 4

@@ -14,10 +14,10 @@ What is ours and what is the oracle's:
 - **Evaluation**: pyoxigraph, each element a named graph, the query's WHERE over the union of the
   window's element graphs as default graph (as ``conformance/csrbench_expected.py`` does for q1-3).
 - **Reports**: ``sparql_ext.reporting``. C-SPARQL's configuration (``csparql.properties``: window
-  close, non-empty content, empty relations output, Rstream) is ``window-close`` + ``rstream`` over the
-  windows that hold at least one element; CQELS's (``cqels.properties``: content change, non-empty
-  content, no empty relations, Istream) is ``content-change,non-empty`` + ``istream`` over one scope
-  per element arrival (see ``sparql_ext.reporting`` for the mapping of the oracle's switches).
+  close, non-empty content, empty relations output, Rstream) is ``window-close,non-empty-content`` +
+  ``rstream``; CQELS's (``cqels.properties``: content change, non-empty content, no empty relations,
+  Istream) is ``content-change,non-empty-content,non-empty`` + ``istream`` over one scope per element
+  arrival (see ``sparql_ext.reporting`` for the mapping of the oracle's switches).
 - **Alternatives** (the oracle's idea: t0 is not fixed by the engine): the registration time t0 runs
   over 0, 1, …, α seconds (the oracle's range, step ``system.timeunit`` = 1 s; elements are 1 s
   apart, so finer steps give no other windows). The engine sees the elements from t0 on.
@@ -87,8 +87,8 @@ class Configuration:
 
 
 CONFIGURATIONS = (
-    Configuration("csparql", "csparql.properties", True, "window-close", "rstream"),
-    Configuration("cqels", "cqels.properties", False, "content-change,non-empty", "istream"),
+    Configuration("csparql", "csparql.properties", True, "window-close,non-empty-content", "rstream"),
+    Configuration("cqels", "cqels.properties", False, "content-change,non-empty-content,non-empty", "istream"),
 )
 
 
@@ -271,7 +271,7 @@ def alternatives(bench: Benchmark, number: str, configuration: Configuration,
             reports: list[Report] = []
             if configuration.window_close:
                 watermark = bench.max_time + (size + slide) * SECOND
-                scopes = [(w.end, w.elements) for w in windows(window_spec, index, watermark) if w.elements]
+                scopes = [(w.end, w.elements) for w in windows(window_spec, index, watermark)]
             else:
                 scopes = []
                 for arrived in range(1, index.head() + 1):
@@ -283,7 +283,7 @@ def alternatives(bench: Benchmark, number: str, configuration: Configuration,
                     scopes.append((at, scope.elements))
             for end, members in scopes:
                 relation = bench.evaluate(query, [offset + ordinal - 1 for ordinal in members])
-                emitted = reporter.on_window(end, tagged(relation))
+                emitted = reporter.on_window(end, tagged(relation), len(members))
                 if emitted is not None:
                     reports.append(Report(end, untagged(emitted)))
             key = tuple((r.time, frozenset(r.solutions.items())) for r in reports)

@@ -164,9 +164,11 @@ def producer(stream: Stream, query: str | None, evaluator: ExtendedEvaluator, ba
 
     def produce(ordinals: list[int], commit: int, at: int) -> bytes | None:
         nonlocal previous
+        if ReportPolicy.NON_EMPTY_CONTENT in spec.policies and not ordinals:
+            return None  # not evaluated, and not the previous window of the next one
         result = window_result(stream, ordinals, commit, query, evaluator, base_iri)
         current = numbered(result.items)
-        emitted = reporter.on_window(at, current)
+        emitted = reporter.on_window(at, current, len(ordinals))
         source = previous if spec.operator is StreamOperator.DSTREAM else current
         previous = current
         if emitted is None:

@@ -28,6 +28,10 @@ combinations such as "window close and non-empty content"):
 
 - ``window-close``: always holds;
 - ``content-change``: the window's content differs from the previous window's content;
+- ``non-empty-content``: the window holds at least one stream element (its *input*, not its result).
+  A window without elements is not evaluated at all: it is not reported and does **not** become the
+  previous window of the next one (the CSRBench oracle's ``nonemptycontent``). The caller passes the
+  window's element count (``on_window(…, elements=n)``); without it the condition holds;
 - ``non-empty``: what would be emitted (after the operator) is non-empty;
 - ``periodic:P``: with e0 the first window's end, the window is the first one to close at or after the
   next due time e0 + k·P (e0 itself is the first due time). Once a window is reported, the next due
@@ -67,15 +71,16 @@ we had to choose:
   repeated reports. The oracle refuses windowclose and contentchange together; we allow it (a window
   close reported only if its content changed).
 - ``system.policy.nonemptycontent = true``: the oracle skips a window whose **input** (the stream
-  elements in it) is empty — it is not evaluated and does not become the operator's previous window.
-  A ``Reporter`` sees results, not inputs, so this switch is the caller's: it simply does not call
-  ``on_window`` for windows without elements.
+  elements in it) is empty — it is not evaluated and does not become the operator's previous window
+  → our ``non-empty-content`` (the caller gives the element count, or does not call ``on_window``
+  for windows without elements).
 - ``system.output.emptyrelation = false``: the oracle drops a relation that is empty after the
   operator → our ``non-empty``. ``true`` (C-SPARQL) → no ``non-empty``: empty relations are
   reported.
 
-So C-SPARQL's configuration is ``window-close`` + ``rstream`` (windows without elements skipped by
-the caller), and CQELS's is ``content-change,non-empty`` + ``istream`` over per-arrival windows.
+So C-SPARQL's configuration is ``window-close,non-empty-content`` + ``rstream``, and CQELS's is
+``content-change,non-empty-content,non-empty`` + ``istream`` over per-arrival windows (each of which holds
+at least the arriving element).
 ``periodic`` is not in the oracle; it follows SECRET's periodic report (reported at most once per
 period, at a window close).
 """
@@ -98,6 +103,7 @@ class ReportPolicy(StrEnum):  # a (str, Enum)
     WINDOW_CLOSE = "window-close"
     CONTENT_CHANGE = "content-change"
     NON_EMPTY = "non-empty"
+    NON_EMPTY_CONTENT = "non-empty-content"
     PERIODIC = "periodic"
 
 
@@ -201,11 +207,16 @@ class Reporter:
     _next_due: int | None = field(default=None, init=False, repr=False)
     _last_end: int | None = field(default=None, init=False, repr=False)
 
-    def on_window(self, end: int, content: Iterable[Hashable]) -> frozenset | None:  # type: ignore[type-arg]
-        """What to emit for the window ending at ``end`` (µs), or None when it is not reported."""
+    def on_window(self, end: int, content: Iterable[Hashable],  # type: ignore[type-arg]
+                  elements: int | None = None) -> frozenset | None:
+        """What to emit for the window ending at ``end`` (µs), or None when it is not reported. ``elements``:
+        how many stream elements the window holds (``non-empty-content``; None = not known, the condition
+        holds)."""
         if self._last_end is not None and end < self._last_end:
             raise ValueError(f"windows must come in order: end {end} after {self._last_end}")
         self._last_end = end
+        if ReportPolicy.NON_EMPTY_CONTENT in self.spec.policies and elements == 0:
+            return None  # not evaluated: not reported, not the previous window of the next one
         if self._first_end is None:
             self._first_end = self._next_due = end  # e0: the first window's end, reported or not
         current = frozenset(content)

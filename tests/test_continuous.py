@@ -243,3 +243,30 @@ def test_content_change_evaluates_at_each_arrival(server: RunningServer) -> None
     # RStream + content-change alone: the DISTINCT result is {1} at every arrival; only the first is a change.
     assert got["distinct"] == [("0", "00", ["1"])]
     assert registrations(server) == []
+
+
+def test_non_empty_content_skips_windows_without_elements(server: RunningServer) -> None:
+    # Tumbling 1 s windows from 10:00:00: [0,1) {a}, [1,2) no element, [2,3) {c}; z at 4 s completes them.
+    url = f"{server.url}/streams/gaps"
+    assert requests.put(url, timeout=10).status_code == 201
+    query = f"SELECT ?g WHERE {{ ?g <{PROV}> ?t }}"
+    readers = {report: Reader(url, {"WINDOWS": "R3/2016-06-20T10:00:00Z/PT1S", "query": query, "report": report,
+                                    "operator": "dstream", "packaging": "multipart"})
+               for report in ("window-close", "window-close,non-empty-content")}
+    for reader in readers.values():
+        reader.start()
+    wait_registered(server, 2)
+    assert requests.post(url, data=element("a", 0) + element("c", 2) + element("z", 4), headers=TRIG,
+                         timeout=30).ok
+    got = {}
+    for report, reader in readers.items():
+        assert reader.ended.wait(60), (report, reader.chunks)
+        assert reader.response is not None and reader.response.ok, reader.body()
+        parts = _multipart_parts(reader.body(), reader.response.headers["Content-Type"])
+        got[report] = [(headers["Window-Index"], sorted(b["g"]["value"][len("http://ex/"):]
+                                                        for b in json.loads(content)["results"]["bindings"]))
+                       for headers, content in parts]
+    # DStream: what left since the previous window. Without non-empty-content the empty window 1 is evaluated
+    # (a left) and window 2 loses nothing; with it, window 1 is skipped and window 2's previous window is 0.
+    assert got == {"window-close": [("0", []), ("1", ["a"]), ("2", [])],
+                   "window-close,non-empty-content": [("0", []), ("2", ["a"])]}

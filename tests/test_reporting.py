@@ -145,3 +145,16 @@ def test_bags_through_numbered_rows() -> None:
     # as plain sets, nothing after the first arrival would be new
     plain = Reporter(parse_report("content-change,non-empty", "istream"))
     assert [plain.on_window(n * S, rows) for n, rows in enumerate(scopes)] == [frozenset({"1"})] + [None] * 4
+
+
+def test_non_empty_content_skips_windows_without_elements() -> None:
+    # Tumbling windows {a}, {} (no element), {c}. DStream compares with the previous *evaluated* window: with
+    # non-empty-content the empty window is not evaluated, so {c}'s previous window is {a}.
+    stream = [(1 * S, {"a"}, 1), (2 * S, set(), 0), (3 * S, {"c"}, 1)]
+    plain = Reporter(parse_report("window-close", "dstream"))
+    assert [plain.on_window(end, content, n) for end, content, n in stream] == [E, A, E]
+    skipping = Reporter(parse_report("window-close,non-empty-content", "dstream"))
+    assert [skipping.on_window(end, content, n) for end, content, n in stream] == [E, None, A]
+    # the element count unknown (None): the condition holds
+    unknown = Reporter(parse_report("non-empty-content", "rstream"))
+    assert unknown.on_window(1 * S, set()) == E

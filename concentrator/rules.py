@@ -62,7 +62,7 @@ class RuleRunner:
             reporter = self._reporters[key] = (Reporter(rule.report_spec), [])
         state, previous = reporter
         items = list(result)
-        emitted = state.on_window(revision.end, items)
+        emitted = state.on_window(revision.end, items, revision.count)
         source = previous if rule.report_spec.operator is StreamOperator.DSTREAM else items
         self._reporters[key] = (state, items)
         kept = [] if emitted is None else [item for item in source if item in emitted]

@@ -37,6 +37,7 @@ from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples, Rd
 
 from protocol.errors import BadRequest, NotAcceptable
 from protocol.negotiation import DATASET_FORMATS, GRAPH_FORMATS, RESULTS_FORMATS, best_media_type
+from protocol.window_results import SharedResults
 from sparql_ext import THEN_FUNCTION
 from sparql_ext.reporting import Reporter, ReportPolicy, ReportSpec, StreamOperator, parse_report
 from sparql_ext.windowing import Window, WindowSpec, bind_origin, bounds, resolve, window
@@ -154,7 +155,8 @@ def numbered(items: list[Any]) -> list[tuple[Any, int]]:
 
 
 def producer(stream: Stream, query: str | None, evaluator: ExtendedEvaluator, base_iri: str, spec: ReportSpec,
-             media_type: str) -> Callable[[list[int], int, int], bytes | None]:
+             media_type: str, shared: SharedResults[WindowResult] | None = None,
+             ) -> Callable[[list[int], int, int], bytes | None]:
     """What each evaluation gives the client: ``produce(ordinals, commit, at)`` evaluates the query over those
     elements (a window, or with ``content-change`` the window active at an arrival) and passes its result, as a
     bag, through the report policy and the stream operator (RStream: the result; IStream: what is new since the
@@ -166,7 +168,14 @@ def producer(stream: Stream, query: str | None, evaluator: ExtendedEvaluator, ba
         nonlocal previous
         if ReportPolicy.NON_EMPTY_CONTENT in spec.policies and not ordinals:
             return None  # not evaluated, and not the previous window of the next one
-        result = window_result(stream, ordinals, commit, query, evaluator, base_iri)
+        def evaluate() -> WindowResult:
+            return window_result(stream, ordinals, commit, query, evaluator, base_iri)
+
+        if shared is None or not ordinals:
+            result = evaluate()
+        else:  # every response asking this query of this window shares one evaluation
+            key = (stream.config.name, ordinals[0], ordinals[-1], len(ordinals), commit, query, base_iri)
+            result = shared.get(key, evaluate)
         current = numbered(result.items)
         emitted = reporter.on_window(at, current, len(ordinals))
         source = previous if spec.operator is StreamOperator.DSTREAM else current
@@ -461,7 +470,8 @@ def continuous_response(stream: Stream, windows: str, query: str | None) -> Resp
                                    request.args.get("format"))
     spec = parse_report(request.args.get("report"), request.args.get("operator"))
     packager = Packager(packaging, media_type)
-    produce = producer(stream, query, evaluator, request.base_url, spec, media_type)
+    produce = producer(stream, query, evaluator, request.base_url, spec, media_type,
+                       current_app.extensions["window_results"])
     registration = registration_for(stream, ref, packager, request.remote_addr or "")
     if ReportPolicy.CONTENT_CHANGE in spec.policies:
         body = arrivals_body(stream, ref, sequence, first_arrival(ref, stream), produce, packager, registration,

@@ -252,21 +252,34 @@ class Packager:
             return "text/event-stream; charset=utf-8"
         return self.media_type
 
+    def opening(self) -> bytes:
+        """Sent when the response starts (before any window): multipart's first delimiter, so that every part
+        can end with the next delimiter and be complete as soon as it is sent; an SSE comment, which sends the
+        headers at once. Nothing for bare documents (an empty HTTP chunk would end the response)."""
+        if self.packaging == "multipart":
+            return f"--{self.boundary}".encode()
+        if self.packaging == "event-stream":
+            return b": window results follow\n\n"
+        return b""
+
     def part(self, headers: dict[str, str], body: bytes) -> bytes:
         if self.packaging == "multipart":
             head = "".join(f"{k}: {v}\r\n" for k, v in {"Content-Type": self.media_type, **headers}.items())
-            return f"--{self.boundary}\r\n{head}\r\n".encode() + body + b"\r\n"
+            return f"\r\n{head}\r\n".encode() + body + f"\r\n--{self.boundary}".encode()
         if self.packaging == "event-stream":
             lines = body.decode("utf-8").splitlines() or [""]
             data = "".join(f"data: {line}\n" for line in lines)
             return f"event: window\nid: {headers.get('Window-Index', '')}\n{data}\n".encode()
         return body
 
+    def closing(self) -> bytes:
+        """Ends a multipart body (after the last part's delimiter)."""
+        return b"--\r\n" if self.packaging == "multipart" else b""
+
     def notice(self, message: str) -> bytes:
         """A closing remark where the packaging has room for one (none in a bare document stream)."""
         if self.packaging == "multipart":
-            return (f"--{self.boundary}\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n{message}\r\n"
-                    f"--{self.boundary}--\r\n").encode()
+            return f"\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n{message}\r\n--{self.boundary}--\r\n".encode()
         if self.packaging == "event-stream":
             return f"event: end\ndata: {message}\n\n".encode()
         return b""
@@ -293,6 +306,9 @@ def windows_body(stream: Stream, ref: WindowRef, sequence: Sequence, start: int,
     last = None if ref.count is None else ref.count - 1
     index = start
     registrations.add(registration)
+    opening = packager.opening()
+    if opening:
+        yield opening
     try:
         while last is None or index <= last:
             revisions = stream.windows.windows_from(sequence.id, index, POLL_SECONDS)
@@ -321,7 +337,7 @@ def windows_body(stream: Stream, ref: WindowRef, sequence: Sequence, start: int,
                 registration.last_window = revision.index
                 yield packager.part(headers, body)
         if packager.packaging == "multipart":
-            yield f"--{packager.boundary}--\r\n".encode()
+            yield packager.closing()
     finally:
         registrations.remove(registration.id)
 
@@ -361,6 +377,9 @@ def arrivals_body(stream: Stream, ref: WindowRef, sequence: Sequence, first_ordi
     last = None if ref.count is None else spec.first + ref.count - 1
     ordinal, k = first_ordinal, spec.first
     registrations.add(registration)
+    opening = packager.opening()
+    if opening:
+        yield opening
     try:
         while True:
             if ordinal > stream.head():
@@ -401,7 +420,7 @@ def arrivals_body(stream: Stream, ref: WindowRef, sequence: Sequence, first_ordi
             registration.last_window = active.index
             yield packager.part(headers, body)
         if packager.packaging == "multipart":
-            yield f"--{packager.boundary}--\r\n".encode()
+            yield packager.closing()
     finally:
         registrations.remove(registration.id)
 

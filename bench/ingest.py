@@ -62,7 +62,8 @@ def create(server: RunningServer, name: str) -> str:
     url = f"{server.url}/streams/{name}"
     requests.put(url).raise_for_status()
     ref = f"R/{stamp(T0)}/{WINDOW}"
-    r = requests.get(url, params={"WINDOWS": ref, "timeout": "0"}, headers={"Accept": "application/n-quads"})
+    r = requests.get(url, params={"WINDOWS": ref, "timeout": "0", "answer": "latest"},
+                     headers={"Accept": "application/n-quads"})
     assert r.status_code == 503, r.text  # registered, nothing complete yet
     return url
 
@@ -147,7 +148,8 @@ def steady_latency(server: RunningServer, seconds: float, rate: float) -> list[f
     url = f"{server.url}/streams/steady"
     requests.put(url).raise_for_status()
     now = int(time.time() * 1e6)
-    r = requests.get(url, params={"WINDOWS": f"R/{stamp(now - now % 1_000_000)}/PT1S", "timeout": "0"},
+    r = requests.get(url, params={"WINDOWS": f"R/{stamp(now - now % 1_000_000)}/PT1S", "timeout": "0",
+                                 "answer": "latest"},
                      headers={"Accept": "application/n-quads"})
     assert r.status_code == 503
 

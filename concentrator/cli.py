@@ -43,7 +43,66 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a directory of rules: NAME.rq files whose first line is '# output: <IRI-or-stream-name>'")
     serve.add_argument("--no-pipeline", action="store_true",
                        help="do not start Spark: one-shot windows work, repeating (R…) windows never complete")
+    tail = commands.add_parser("tail", help="follow a continuous response (a repeating windowed IRI) in the terminal")
+    tail.add_argument("url", help="a stream URL, e.g. http://127.0.0.1:8080/streams/hr")
+    tail.add_argument("windows", help="a repeating WindowRef, e.g. R/HEAD/PT05M/PT01M")
+    tail.add_argument("--query", help="a SPARQL query evaluated on each window (default: the window dataset)")
+    tail.add_argument("--format", help="each window's media type (default: TriG, SPARQL JSON or Turtle)")
+    tail.add_argument("--report", help="report policy, e.g. window-close,non-empty (docs/continuous.md)")
+    tail.add_argument("--operator", help="rstream (default), istream or dstream")
+    replay = commands.add_parser("replay", help="run recorded streams through rules on Spark and write the outputs")
+    replay.add_argument("files", type=Path, nargs="+", metavar="FILE",
+                        help="a recorded stream (TriG / N-Quads with timestamps); the stream is named by its stem")
+    replay.add_argument("--rules", type=Path, required=True, help="a rules directory (as for serve --rules)")
+    replay.add_argument("--out", type=Path, required=True, help="where the rules' output streams go (TriG)")
+    replay.add_argument("--base", type=Path, help="base data for the dataset (TriG / Turtle / N-Quads)")
+    replay.add_argument("--alias", action="append", default=[], metavar="NAME=IRI",
+                        help="an IRI that names stream NAME (e.g. the stream ID the base data uses); repeatable")
+    replay.add_argument("--spark-master", default="local[2]")
     return parser
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from concentrator.replay import replay
+    from store import StoreError
+
+    aliases: dict[str, list[str]] = {}
+    for item in args.alias:
+        name, sep, iri = item.partition("=")
+        if not sep or not name or not iri:
+            print(f"concentrator replay: --alias {item!r}: write NAME=IRI", file=sys.stderr)
+            return 2
+        aliases.setdefault(name, []).append(iri)
+    try:
+        summary = replay(args.files, args.rules, args.out, base_data=args.base, aliases=aliases,
+                         spark_master=args.spark_master)
+    except (OSError, ValueError, TimeoutError, StoreError) as error:
+        print(f"concentrator replay: {error}", file=sys.stderr)
+        return 1
+    outputs = ", ".join(f"{name}: {count}" for name, count in summary.outputs.items()) or "none"
+    print(f"replayed {summary.elements:,} elements, {summary.windows:,} windows in {summary.seconds} s; "
+          f"output elements written to {args.out}: {outputs}")
+    return 0
+
+
+def tail(args: argparse.Namespace) -> int:
+    """Print each window of a continuous response as it completes, under a one-line header."""
+    from concentrator.client import ClientError, windows
+
+    try:
+        for window in windows(args.url, args.windows, query=args.query, format=args.format, report=args.report,
+                              operator=args.operator):
+            print(f"# window {window.index} [{window.start}, {window.end}) committed {window.committed}", flush=True)
+            sys.stdout.write(window.body.decode("utf-8"))
+            if not window.body.endswith(b"\n"):
+                sys.stdout.write("\n")
+            sys.stdout.flush()
+    except ClientError as error:
+        print(f"concentrator tail: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
 
 
 def build_app(config: ServerConfig, spark_master: str | None, rules_dir: Path | None = None,
@@ -90,4 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         master = None if args.no_pipeline else args.spark_master
         serve(config, args.host, args.port, args.threads, make_app=partial(
             build_app, spark_master=master, rules_dir=args.rules, base_url=f"http://{args.host}:{args.port}"))
+    elif args.command == "tail":
+        return tail(args)
+    elif args.command == "replay":
+        return run_replay(args)
     return 0

@@ -22,9 +22,11 @@ import logging
 import threading
 import time
 import uuid
+from typing import Any
 
 from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad
 
+from sparql_ext.reporting import Reporter, StreamOperator
 from store.elements import PROV_GENERATED_AT_TIME, ParsedElement, parse_timestamp
 from store.errors import WindowNotComplete
 from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget
@@ -41,11 +43,30 @@ class RuleRunner:
         self.registry = registry
         self.evaluator = evaluator
         self._lock = threading.Lock()  # one firing at a time: output times stay ordered
+        # per (rule, its report settings, input stream and sequence): the reporter and the last firing's content
+        self._reporters: dict[tuple[str, ...], tuple[Reporter, list[Any]]] = {}
 
     def on_windows(self, stream: Stream, revisions: list[WindowRevision]) -> None:
         for revision in revisions:
             for rule in self.registry.reading(stream.config.name, revision.sequence):
                 self.fire(rule, stream, revision)
+
+    def _reported(self, rule: Rule, stream: Stream, revision: WindowRevision, result: Any) -> Any:
+        """What the rule's report policy and stream operator let out of this firing's construction (RStream at
+        window close, the default, lets out all of it). Firings of one input sequence are compared with each
+        other; constructed blank nodes and UUID() / STRUUID() values differ in every firing, so IStream and
+        content-change suit rules whose output is a function of the window."""
+        key = (rule.name, str(rule.report), str(rule.operator), stream.config.name, revision.sequence)
+        reporter = self._reporters.get(key)
+        if reporter is None:
+            reporter = self._reporters[key] = (Reporter(rule.report_spec), [])
+        state, previous = reporter
+        items = list(result)
+        emitted = state.on_window(revision.end, items, revision.count)
+        source = previous if rule.report_spec.operator is StreamOperator.DSTREAM else items
+        self._reporters[key] = (state, items)
+        kept = [] if emitted is None else [item for item in source if item in emitted]
+        return type(result)(kept)
 
     def fire(self, rule: Rule, stream: Stream, revision: WindowRevision) -> int:
         """Evaluate ``rule`` over the window that completed; returns the output elements appended."""
@@ -61,7 +82,7 @@ class RuleRunner:
                 evaluator = self.evaluator.for_rule([rule.base], pins)
                 result = evaluator.query(rule.text, QueryTarget(base_iri=rule.base))
                 end = _window_time(stream, kind, revision)
-                elements = _elements(result, end)
+                elements = _elements(self._reported(rule, stream, revision, result), end)
                 output = self.registry.catalog.get(rule.output)
                 for element in elements:
                     last = output.accepted_time

@@ -10,7 +10,9 @@ import requests
 from flask import Flask
 
 from protocol import gsp, rules, sparql, status, streams
+from protocol.continuous import Registrations
 from protocol.errors import register_error_handlers
+from protocol.window_results import SharedResults
 from store import RevisionedDataset
 from store.evaluation import ExtendedEvaluator
 from store.rules import RuleRegistry
@@ -39,6 +41,8 @@ def create_app(config: ServerConfig, dataset: RevisionedDataset | None = None,
         app.extensions["dataset"], app.extensions["streams"], [], requests.Session())
     app.extensions["rules"] = rules_registry or RuleRegistry(config.data_dir / "rules", app.extensions["evaluator"])
     app.extensions["pipeline_status"] = pipeline_status or (lambda: {"state": "not running"})
+    app.extensions["continuous"] = Registrations()  # the continuous responses running now (/status)
+    app.extensions["window_results"] = SharedResults()  # window results shared by continuous responses
     for blueprint in (sparql.bp, gsp.bp, status.bp, streams.bp, rules.bp):
         app.register_blueprint(blueprint)
     register_error_handlers(app)

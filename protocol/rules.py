@@ -1,8 +1,9 @@
 """``/rules`` and ``/rules/{name}``: rules (CONSTRUCT queries with an output stream), see store/rules.py.
 
 - ``PUT /rules/{name}``: body ``application/sparql-query``; ``output=`` a stream name or this server's stream
-  URL (created if missing). 201 when new, 204 when replaced; 400 when the rule can have no windowed input
-  or its ``SERVICE ?var`` inputs cannot be discovered from the dataset; 409 on a cycle.
+  URL (created if missing); optional ``report=`` and ``operator=`` (docs/continuous.md). 201 when new, 204
+  when replaced; 400 when the rule can have no windowed input or its ``SERVICE ?var`` inputs cannot be
+  discovered from the dataset, or a bad report policy; 409 on a cycle.
 - ``GET /rules/{name}``: the rule's text, or its JSON status with ``Accept: application/json``.
 - ``DELETE /rules/{name}``: 204.
 - ``GET /rules``: JSON list (name, output, inputs, firings, outputs, last latency, last error).
@@ -30,6 +31,8 @@ def rule_json(rule: Rule) -> dict[str, object]:
     return {"name": rule.name, "output": rule.output,
             "inputs": [{"stream": i.stream, "windows": i.ref} for i in rule.inputs],
             "discovers_inputs": rule.discovers,
+            "report": ",".join(sorted(p.value for p in rule.report_spec.policies)),
+            "operator": rule.report_spec.operator.value,
             "firings": status.firings, "outputs": status.outputs, "failures": status.failures,
             "waiting": status.waiting,
             "last_latency_ms": status.last_latency_ms, "last_error": status.last_error,
@@ -51,7 +54,7 @@ def put_rule(name: str) -> Response:
         raise HttpProblem("output= is required: the output stream's name or URL", 400)
     text = request.get_data(as_text=True)
     base = request.host_url.rstrip("/")
-    rule, created = _registry().put(name, text, output, base)
+    rule, created = _registry().put(name, text, output, base, request.args.get("report"), request.args.get("operator"))
     response = jsonify(rule_json(rule)) if created else Response(status=204)
     if created:
         response.status_code = 201

@@ -26,6 +26,8 @@ def status() -> Response:
         "rules": {rule.name: rule_json(rule) for rule in current_app.extensions["rules"].rules()},
         # static rule parts (SERVICE ?var prefixes, SERVICE <…/sparql>) evaluated once per dataset revision
         "static_cache": current_app.extensions["evaluator"].cache.status(),
+        "continuous": current_app.extensions["continuous"].status(),  # registrations of continuous responses
+        "continuous_window_results": current_app.extensions["window_results"].status(),
     })
 
 

@@ -11,6 +11,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from pyoxigraph import NamedNode, RdfFormat, serialize
 
 from protocol.bodies import revision_parameter, text_body
+from protocol.continuous import continuous_response, wants_continuous
 from protocol.errors import BadRequest, HttpProblem, NotAcceptable, UnsupportedMediaType
 from protocol.incremental import available_reader, drain
 from protocol.negotiation import BODY_FORMATS, DATASET_FORMATS, best_media_type, body_media_type, is_utf8
@@ -70,6 +71,8 @@ def stream_resource(name: str) -> Response:
     stream = _catalog().get(name)
     params = windowed_params(request.query_string.decode("latin-1"))
     query = _query_text(params.extra)
+    if params.windows is not None and wants_continuous(params.windows, request.args.get("answer")):
+        return continuous_response(stream, params.windows, query)
     if query is not None:
         return _query(stream, params.windows, query)
     if request.method == "POST":

@@ -3,6 +3,7 @@
 from sparql_ext.errors import (
     ProtocolConflict,
     QuerySyntaxError,
+    ReportSyntaxError,
     RevisionSyntaxError,
     SparqlExtError,
     UnsupportedOperation,
@@ -16,6 +17,7 @@ from sparql_ext.extended import (
     QuadTemplate,
     parse_extended,
 )
+from sparql_ext.reporting import Reporter, ReportPolicy, ReportSpec, StreamOperator, parse_report
 from sparql_ext.revision import (
     Head,
     Instant,
@@ -50,5 +52,6 @@ __all__ = [
     "Element", "ElementIndex", "ListIndex", "Window", "WindowNotResolvable", "WindowRef", "WindowRefSyntaxError",
     "WindowSpec", "bind_origin", "bounds", "format_duration", "format_revision", "from_micros", "is_complete",
     "parse_window_ref", "resolve", "to_micros", "window", "windows",
+    "ReportPolicy", "ReportSpec", "ReportSyntaxError", "Reporter", "StreamOperator", "parse_report",
     "PLACEHOLDER", "THEN_FUNCTION", "ExtendedQuery", "ExtensionPart", "QuadTemplate", "parse_extended",
 ]

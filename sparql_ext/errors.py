@@ -40,6 +40,10 @@ class WindowRefSyntaxError(SparqlExtError):
     """A ``WINDOWS=`` WindowRef that does not parse; the message names the bad part and the whole ref."""
 
 
+class ReportSyntaxError(SparqlExtError):
+    """A report policy list or stream operator that does not parse; the message names the bad part."""
+
+
 def line_and_column(text: str, offset: int) -> tuple[int, int]:
     """1-based line and column of ``offset`` in ``text``.
 

@@ -413,6 +413,13 @@ def _deskolemize(term: Term) -> Term:
     return term
 
 
+def solutions_from_rows(names: list[str], rows: list[Row]) -> QuerySolutions:
+    """QuerySolutions holding these rows (in order), e.g. to serialize a computed set of solutions in any results
+    format: a VALUES table evaluated on an empty store, blank nodes kept."""
+    projection = " ".join(f"?{name}" for name in names) or "*"
+    return _deskolemized_solutions(Store().query(f"SELECT {projection} WHERE {{ {values_table(names, rows)} }}"))
+
+
 def values_table(names: list[str], rows: list[Row]) -> str:
     """A VALUES block in N-Triples term syntax (blank nodes skolemized, unbound as UNDEF)."""
     header = " ".join(f"?{name}" for name in names)

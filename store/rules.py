@@ -30,7 +30,8 @@ from pathlib import Path
 from pyoxigraph import NamedNode
 
 from sparql_ext import ExtendedQuery, parse_extended
-from sparql_ext.errors import SparqlExtError
+from sparql_ext.errors import ReportSyntaxError, SparqlExtError
+from sparql_ext.reporting import ReportSpec, parse_report
 from sparql_ext.windowed import windowed_params
 from sparql_ext.windowing import resolve
 from sparql_ext.windowref import parse_window_ref
@@ -86,15 +87,23 @@ class Rule:
     inputs: list[RuleInput]
     status: RuleStatus = field(default_factory=RuleStatus)
     discovers: bool = False  # has SERVICE ?var inputs, re-discovered when the data changes
+    report: str | None = None  # report policy (sparql_ext.reporting), None: window-close
+    operator: str | None = None  # stream operator, None: rstream
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "output": self.output, "base": self.base, "discovers": self.discovers,
+                "report": self.report, "operator": self.operator,
                 "inputs": [asdict(i) for i in self.inputs], "status": asdict(self.status)}
 
     @classmethod
     def from_json(cls, text: str, data: dict) -> Rule:  # type: ignore[type-arg]
         return cls(data["name"], text, data["output"], data["base"], [RuleInput(**i) for i in data["inputs"]],
-                   RuleStatus(**data.get("status", {})), data.get("discovers", False))
+                   RuleStatus(**data.get("status", {})), data.get("discovers", False), data.get("report"),
+                   data.get("operator"))
+
+    @property
+    def report_spec(self) -> ReportSpec:
+        return parse_report(self.report, self.operator)
 
 
 LOG_KEEP = 20
@@ -181,14 +190,29 @@ def discover(analysis: RuleAnalysis, base: str, evaluator: ExtendedEvaluator) ->
     return sorted(found)
 
 
-def rule_file(text: str) -> tuple[str, str | None]:
-    """A ``.rq`` file's text and the output its first line declares (``# output: <IRI-or-name>``)."""
-    first, _, _ = text.partition("\n")
-    first = first.strip()
-    if first.startswith("#") and first[1:].strip().lower().startswith("output:"):
-        value = first[1:].strip()[len("output:"):].strip()
-        return text, value.strip("<>") or None
-    return text, None
+@dataclass(frozen=True)
+class RuleFile:
+    """A ``.rq`` file: its text and what its leading comment lines declare (``# output: …`` is required;
+    ``# report: …`` and ``# operator: …`` are optional)."""
+
+    text: str
+    output: str | None
+    report: str | None = None
+    operator: str | None = None
+
+
+def rule_file(text: str) -> RuleFile:
+    """Read the leading ``# key: value`` comment lines of a rule file."""
+    declared: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("#"):
+            break
+        key, sep, value = line[1:].partition(":")
+        if sep and key.strip().lower() in ("output", "report", "operator") and key.strip().lower() not in declared:
+            declared[key.strip().lower()] = value.strip()
+    output = declared.get("output", "").strip("<>") or None
+    return RuleFile(text, output, declared.get("report"), declared.get("operator"))
 
 
 class RuleRegistry:
@@ -223,7 +247,8 @@ class RuleRegistry:
             raise RuleNotFound(f"no rule named {name!r}: create it with PUT /rules/{name}")
         return rule
 
-    def put(self, name: str, text: str, output: str, base: str) -> tuple[Rule, bool]:
+    def put(self, name: str, text: str, output: str, base: str, report: str | None = None,
+            operator: str | None = None) -> tuple[Rule, bool]:
         """Register (or replace) a rule; creates the output stream if missing. Returns the rule and whether
         it is new. Raises RuleRejected (400) or RuleCycle (409) before anything is changed."""
         try:
@@ -231,6 +256,10 @@ class RuleRegistry:
         except StoreError:
             raise RuleRejected(f"{name!r} is not a rule name: use 1-128 letters, digits, '.', '_' or '-'") from None
         output_name = output_stream_name(output, base)
+        try:
+            parse_report(report, operator)
+        except ReportSyntaxError as error:
+            raise RuleRejected(f"rule {name!r}: {error}") from None
         evaluator = self.evaluator.with_local_bases([base])
         analysis = analyse_rule(text, base, evaluator)
         pairs = [*analysis.constant, *discover(analysis, base, evaluator)]
@@ -247,7 +276,8 @@ class RuleRegistry:
                 self.catalog.put(StreamConfig(output_name))
             old = self._rules.get(name)
             rule = Rule(name, text, output_name, base.rstrip("/"), self._register(pairs),
-                        old.status if old else RuleStatus(), discovers=bool(analysis.discovered_by))
+                        old.status if old else RuleStatus(), discovers=bool(analysis.discovered_by), report=report,
+                        operator=operator)
             (self.directory / f"{name}.rq").write_text(text, encoding="utf-8")
             self._rules[name] = rule
             self.save(rule)
@@ -327,11 +357,11 @@ class RuleRegistry:
         while pending:
             failed = []
             for path in pending:
-                text, output = rule_file(path.read_text(encoding="utf-8"))
+                declared = rule_file(path.read_text(encoding="utf-8"))
                 try:
-                    if output is None:
-                        raise RuleRejected("no '# output: <IRI-or-stream-name>' first line")
-                    self.put(path.stem, text, output, base)
+                    if declared.output is None:
+                        raise RuleRejected("no '# output: <IRI-or-stream-name>' line among its leading comments")
+                    self.put(path.stem, declared.text, declared.output, base, declared.report, declared.operator)
                     errors.pop(path, None)
                 except StoreError as error:
                     errors[path] = f"{path}: {error}"

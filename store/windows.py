@@ -17,6 +17,7 @@ import json
 import os
 import threading
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -101,6 +102,9 @@ class PipelineState:
                    data.get("origins", {}), data.get("stream_time"), data.get("seen", 0))
 
 
+RECENT_WINDOWS_KEPT = 256  # window revisions per sequence kept in memory for continuous readers
+
+
 def sequence_id(ref: str) -> str:
     """A stable id for a WindowRef's text (one sequence per distinct ref per stream)."""
     return uuid.uuid5(uuid.NAMESPACE_URL, ref).hex[:16]
@@ -120,6 +124,7 @@ class WindowLog:
         self._latest: dict[str, WindowRevision] = {}
         self._by_uuid: dict[str, WindowRevision] = {}
         self._emitted: dict[str, int] = {}
+        self._recent: dict[str, deque[WindowRevision]] = {}  # the latest windows per sequence (continuous reads)
         self.state = PipelineState()
         if self._sequences_path.exists():
             for entry in json.loads(self._sequences_path.read_text()):
@@ -149,6 +154,8 @@ class WindowLog:
             os.replace(temporary, self._revisions_path)
 
     def _remember(self, revision: WindowRevision) -> None:
+        recent = self._recent.setdefault(revision.sequence, deque(maxlen=RECENT_WINDOWS_KEPT))
+        recent.append(revision)
         self._latest[revision.sequence] = revision
         self._by_uuid[revision.uuid] = revision
         self._emitted[revision.sequence] = self._emitted.get(revision.sequence, 0) + 1
@@ -209,6 +216,23 @@ class WindowLog:
             self._changed.wait_for(ready, timeout)
             latest = self._latest.get(sequence)
             return latest if latest is not None and latest.index >= after else None
+
+    def windows_from(self, sequence: str, index: int, timeout: float) -> list[WindowRevision]:
+        """The windows of ``sequence`` with index ≥ ``index``, in order, waiting up to ``timeout`` s for the first.
+
+        From memory when they are among the latest ``RECENT_WINDOWS_KEPT``, else from the revisions file (a
+        reader far behind); indexes may skip (a long empty stretch the pipeline did not emit)."""
+        def ready() -> bool:
+            latest = self._latest.get(sequence)
+            return latest is not None and latest.index >= index
+
+        with self._changed:
+            if not self._changed.wait_for(ready, timeout):
+                return []
+            recent = list(self._recent.get(sequence, ()))
+        if recent and recent[0].index <= index:
+            return [r for r in recent if r.index >= index]
+        return [r for r in self.revisions(sequence) if r.index >= index]
 
     def commit(self, batch: int, revisions: list[WindowRevision], state: PipelineState) -> bool:
         """Materialize ``revisions`` and record ``state`` as of Spark batch ``batch``.

@@ -29,7 +29,8 @@ def replayed() -> Iterator[tuple[RunningServer, str]]:
         url = server.url + "/streams/csrbench"
         assert requests.put(url).status_code == 201
         for number in sorted(EXPECTED["queries"]):  # register the sequences before the replay
-            r = requests.get(url, params={"WINDOWS": EXPECTED["queries"][number]["window_ref"], "timeout": "0"},
+            r = requests.get(url, params={"WINDOWS": EXPECTED["queries"][number]["window_ref"], "timeout": "0",
+                                         "answer": "latest"},
                              headers={"Accept": "application/n-quads"})
             assert r.status_code == 503, r.text  # registered; no window complete yet
         for path in sorted(DATA.glob("data_*.ttl")):

@@ -145,9 +145,22 @@ def test_cycles_are_refused(registry: RuleRegistry) -> None:
 
 
 def test_rule_file_header() -> None:
-    assert rule_file("# output: <http://x/streams/alerts>\nCONSTRUCT {} WHERE {}")[1] == "http://x/streams/alerts"
-    assert rule_file("# output: alerts\n")[1] == "alerts"
-    assert rule_file("CONSTRUCT {} WHERE {}")[1] is None
+    assert rule_file("# output: <http://x/streams/alerts>\nCONSTRUCT {} WHERE {}").output == "http://x/streams/alerts"
+    assert rule_file("# output: alerts\n").output == "alerts"
+    assert rule_file("CONSTRUCT {} WHERE {}").output is None
+    declared = rule_file("# a comment\n# output: out\n# report: non-empty\n# operator: istream\nCONSTRUCT {} {}\n"
+                         "# output: not-a-header")
+    assert (declared.output, declared.report, declared.operator) == ("out", "non-empty", "istream")
+
+
+def test_report_policy_and_operator_are_validated_and_kept(registry: RuleRegistry) -> None:
+    rule, _ = registry.put("r", rule_text(BASE, "a"), "out", BASE, "non-empty", "istream")
+    again = RuleRegistry(registry.directory, registry.evaluator).get("r")
+    assert (again.report, again.operator) == ("non-empty", "istream")
+    with pytest.raises(RuleRejected, match="sometimes"):
+        registry.put("bad", rule_text(BASE, "a"), "out", BASE, "sometimes", None)
+    with pytest.raises(RuleRejected, match="upstream"):
+        registry.put("bad", rule_text(BASE, "a"), "out", BASE, None, "upstream")
 
 
 def test_http_crud(client: FlaskClient) -> None:
@@ -188,6 +201,13 @@ def test_end_to_end_alert() -> None:
         response = requests.put(f"{base}/rules/alert", params={"output": "alerts"}, data=rule_text(base, "hr"),
                                 headers={"Content-Type": "application/sparql-query"}, timeout=10)
         assert response.status_code == 201, response.text
+        # a deterministic output (the window's element count) under IStream: both windows hold 2 elements, so the
+        # second firing has nothing new to report (RStream would append 2 elements, IStream 1)
+        counting = (f"CONSTRUCT {{ <urn:count> <urn:n> ?n }} WHERE {{ SERVICE <{base}/streams/hr?WINDOWS="
+                    "R/2016-06-20T10:00:00Z/PT05M> { SELECT (COUNT(*) AS ?n) WHERE { GRAPH ?g { ?s ?p ?o } } } }")
+        response = requests.put(f"{base}/rules/counting", params={"output": "counts", "operator": "istream"},
+                                data=counting, headers={"Content-Type": "application/sparql-query"}, timeout=10)
+        assert response.status_code == 201, response.text
         # a rule that fails at run time (its second SERVICE is unreachable): reported, the other keeps firing
         broken = rule_text(base, "hr").replace("FILTER(?avg > 100)",
                                                "SERVICE <http://127.0.0.1:9/sparql> { ?x ?y ?z } FILTER(?avg > 100)")
@@ -207,6 +227,15 @@ def test_end_to_end_alert() -> None:
             time.sleep(0.5)
         assert status["firings"] == 2 and status["failures"] == 0, (status, server.log_tail())
         assert status["outputs"] == 1
+        deadline = time.monotonic() + 30
+        while True:  # the rules fire one after the other: the others may still be on their second window
+            listed = {r["name"]: r for r in requests.get(f"{base}/rules", timeout=10).json()}
+            if all(r["firings"] + r["failures"] >= 2 for r in listed.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        counting_status = listed["counting"]
+        assert (counting_status["firings"], counting_status["outputs"], counting_status["operator"]) == (
+            2, 1, "istream")
         broken_status = requests.get(f"{base}/rules/broken", headers={"Accept": "application/json"}, timeout=10).json()
         assert broken_status["failures"] == 2 and broken_status["firings"] == 0 and broken_status["outputs"] == 0
         assert "http://127.0.0.1:9/sparql" in broken_status["last_error"]

@@ -1,0 +1,153 @@
+"""``concentrator replay``: run recorded streams through rules on Spark, offline, and write the rules' outputs.
+
+Each recorded FILE (TriG or N-Quads with timestamp triples, as uploaded to a stream) becomes the stream named by
+its file stem (``--alias NAME=IRI`` maps the IRIs the rules or the base data use for it; an alias for a NAME
+without a file makes an empty stream, e.g. the sensors of patients not in the recording). The elements of all
+files are fed in timestamp order (so windows of different streams complete in the order they would live),
+then every stream is punctuated past the end of its widest window, the pipeline and the rules are let run
+until nothing more happens, and every rule output stream is written to ``--out`` as TriG. The same parts as
+``concentrator serve`` (store, Spark pipeline, rules), in a scratch data directory, without HTTP.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyoxigraph import RdfFormat, serialize
+
+from store.elements import ElementFramer, ParsedElement
+from store.stream import now_micros
+
+BASE = "http://replay.invalid"  # the replay's base URL: rules' <streams/NAME?…> resolve to its streams
+QUIET_SECONDS = 3.0
+
+
+@dataclass
+class ReplaySummary:
+    elements: int
+    windows: int
+    outputs: dict[str, int]  # output stream -> elements
+    seconds: float
+
+
+def _elements(path: Path, stream: str, predicate: str) -> Iterator[tuple[int, str, ParsedElement]]:
+    rdf_format = RdfFormat.N_QUADS if path.suffix in (".nq", ".nquads") else RdfFormat.TRIG
+    with path.open("rb") as source:
+        for element in ElementFramer(source, rdf_format, predicate, base_iri=f"{BASE}/streams/{stream}"):
+            if element.time is None:
+                raise ValueError(f"{path}: element {element.graph} has no timestamp (a recording needs them)")
+            yield element.time, stream, element
+
+
+def replay(files: list[Path], rules_dir: Path, out: Path, *, base_data: Path | None = None,
+           aliases: dict[str, list[str]] | None = None, spark_master: str = "local[2]",
+           progress: bool = True, timeout: float = 600.0) -> ReplaySummary:
+    from concentrator.pipeline import WindowPipeline
+    from concentrator.rules import RuleRunner
+    from concentrator.spark import SparkSettings
+    from store import RevisionedDataset
+    from store.evaluation import ExtendedEvaluator
+    from store.rules import RuleRegistry
+    from store.stream import StreamConfig
+    from store.streams import StreamCatalog
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="concentrator-replay-") as scratch:
+        data = Path(scratch)
+        dataset = RevisionedDataset(data / "data")
+        catalog = StreamCatalog(data / "streams")
+        if base_data is not None:
+            rdf_format = RdfFormat.from_extension(base_data.suffix.lstrip(".")) or RdfFormat.TRIG
+            dataset.add(dataset.stage(base_data.open("rb"), rdf_format))
+        names = [path.stem for path in files]
+        for name in dict.fromkeys([*names, *(aliases or {})]):  # an alias without a file: an empty stream
+            catalog.put(StreamConfig(name, aliases=(aliases or {}).get(name, [])))
+        evaluator = ExtendedEvaluator(dataset, catalog, [BASE])
+        registry = RuleRegistry(data / "rules", evaluator)
+        errors = registry.load_directory(rules_dir, BASE)
+        if errors:
+            raise ValueError("rules not loaded:\n" + "\n".join(errors))
+        runner = RuleRunner(registry, evaluator)
+        pipeline = WindowPipeline(catalog, data, SparkSettings(master=spark_master))
+        pipeline.on_windows.append(runner.on_windows)
+        pipeline.start_in_background()
+        try:
+            total = _feed(files, names, catalog, progress)
+            _punctuate(catalog, names)
+            windows = _settle(catalog, registry, pipeline, progress, total, started + timeout)
+            outputs = {rule.output for rule in registry.rules()}
+            counts = _write(catalog, sorted(outputs), out)
+        finally:
+            pipeline.stop(stop_session=True)
+            catalog.close()
+            dataset.close()
+    if progress:
+        print(file=sys.stderr)
+    return ReplaySummary(total, windows, counts, round(time.monotonic() - started, 1))
+
+
+def _feed(files: list[Path], names: list[str], catalog, progress: bool) -> int:  # type: ignore[no-untyped-def]
+    streams = {name: catalog.get(name) for name in names}
+    merged = heapq.merge(*(_elements(path, name, streams[name].config.timestamp_predicate)
+                           for path, name in zip(files, names, strict=True)), key=lambda item: item[0])
+    count = 0
+    for _, name, element in merged:
+        streams[name].accept(element, now_micros())
+        count += 1
+        if progress and count % 500 == 0:
+            print(f"\rreplay: {count:,} elements fed", end="", file=sys.stderr, flush=True)
+    for stream in streams.values():
+        stream.flush()
+    return count
+
+
+def _punctuate(catalog, names: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Stream time past the end of every window that holds a recorded element: all of them complete."""
+    for name in names:
+        stream = catalog.get(name)
+        widest = max((s.spec.width + s.spec.step for s in stream.windows.sequences() if s.spec.kind == "time"),
+                     default=0)
+        if stream.stream_time is None or widest == 0:
+            continue  # no element, or only count / one-shot windows: nothing waits for stream time
+        stream.punctuate(stream.stream_time + widest)
+        stream.flush()
+
+
+def _settle(catalog, registry, pipeline, progress: bool, total: int, deadline: float) -> int:  # type: ignore[no-untyped-def]
+    """Wait until the pipeline and the rules are quiet (chained rules' outputs take further batches)."""
+    def snapshot() -> tuple[int, ...]:
+        windows = sum(stream.windows.emitted(s.id) for name in catalog.names()
+                      for stream in [catalog.get(name)] for s in stream.windows.sequences())
+        return (windows, sum(r.status.firings + r.status.waiting + r.status.failures for r in registry.rules()),
+                sum(len(catalog.get(n)) for n in catalog.names()))
+
+    last, quiet_since = snapshot(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = snapshot()
+        if progress:
+            print(f"\rreplay: {total:,} elements fed, {now[0]:,} windows, {now[1]:,} firings", end="",
+                  file=sys.stderr, flush=True)
+        caught_up = all(pipeline.caught_up(catalog.get(name)) for name in catalog.names())
+        if now != last or not caught_up:
+            last, quiet_since = now, time.monotonic()
+        elif time.monotonic() - quiet_since >= QUIET_SECONDS:
+            return now[0]
+    raise TimeoutError("the replay did not settle before its timeout")
+
+
+def _write(catalog, outputs: list[str], out: Path) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    counts = {}
+    with out.open("wb") as sink:
+        for name in outputs:
+            stream = catalog.get(name)
+            ordinals = list(range(stream.first_ordinal, stream.head() + 1)) if len(stream) else []
+            serialize(stream.dataset_quads(ordinals), sink, RdfFormat.TRIG)
+            counts[name] = len(ordinals)
+    return counts

@@ -163,6 +163,8 @@ def _walk(query: ExtendedQuery, stream: str | None, evaluator: ExtendedEvaluator
                                    "REVISION / WINDOWS, so the rule's inputs cannot be discovered from the dataset")
             discovered_by.append((part.prefix, part.target))
         elif part.kind == "service":
+            if not evaluator.is_local(part.target):
+                evaluator.check_reachable(part.target)  # a rule must not probe hosts off the allowlist (403)
             name, query_string = evaluator.local_stream(part.target)
             found = evaluator.windowed_input(part.target)
             if found is not None:

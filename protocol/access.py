@@ -6,6 +6,8 @@ configuration, upload and punctuation, rule management. Queries are reads, whate
 
 - ``token``: writes need ``Authorization: Bearer <token>``: none → 401 (with ``WWW-Authenticate``), another →
   403; nothing is written either way (the check runs before the request body is read).
+- **per-stream write tokens** (``PUT /streams/NAME?write-token=…``, kept as a SHA-256): the stream's uploads,
+  punctuations, reconfiguration and deletion also accept that token (and need it when the server has none).
 - ``read_only``: every write → 403.
 - ``rate_limit``: requests per second per client address (a token bucket of one second's worth); beyond it →
   429 with ``Retry-After``.
@@ -15,12 +17,13 @@ configuration, upload and punctuation, rule management. Queries are reads, whate
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import threading
 import time
 from dataclasses import dataclass, field
 
-from flask import Flask, request
+from flask import Flask, current_app, request
 
 from protocol.errors import HttpProblem
 
@@ -79,12 +82,33 @@ def install(app: Flask, token: str | None, read_only: bool, rate_limit: float | 
             return
         if read_only:
             raise HttpProblem(f"this server is read-only: {request.method} {request.path} would change it", 403)
-        if token is None:
+        stream_token = _stream_token(request.path)
+        if token is None and stream_token is None:
             return
         header = request.headers.get("Authorization", "")
         scheme, _, given = header.partition(" ")
+        given = given.strip()
         if scheme.lower() != "bearer" or not given:
             raise HttpProblem(f"{request.method} {request.path} changes the server: send Authorization: Bearer "
                               "<token>", 401, {"WWW-Authenticate": 'Bearer realm="concentrator"'})
-        if not hmac.compare_digest(given.strip().encode(), token.encode()):
-            raise HttpProblem("the bearer token is not this server's write token", 403)
+        if token is not None and hmac.compare_digest(given.encode(), token.encode()):
+            return
+        if stream_token is not None and hmac.compare_digest(token_hash(given), stream_token):
+            return
+        which = "this server's or this stream's" if stream_token is not None else "this server's"
+        raise HttpProblem(f"the bearer token is not {which} write token", 403)
+
+
+def token_hash(token: str) -> str:
+    """How a stream keeps its write token (never the token itself)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _stream_token(path: str) -> str | None:
+    """The write-token hash of the stream ``/streams/NAME`` addresses (its uploads, punctuation, reconfiguration
+    and deletion), if it has one."""
+    parts = path.strip("/").split("/")
+    if len(parts) != 2 or parts[0] != "streams":
+        return None
+    stream = current_app.extensions["streams"].find(parts[1])
+    return None if stream is None else stream.config.write_token_sha256  # type: ignore[no-any-return]

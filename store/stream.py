@@ -62,6 +62,7 @@ class StreamConfig:
     retention: int | None = None  # µs of stream time to keep; None = keep everything
     aliases: list[str] = field(default_factory=list)  # other IRIs (e.g. urn:uuid:…) naming this stream
     uuid_prefix: int = 0  # high 64 bits of this stream's revision UUIDs (random at creation)
+    write_token_sha256: str | None = None  # a token that may write to this stream (protocol/access.py)
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

@@ -112,3 +112,38 @@ def test_serving_other_machines_needs_a_token() -> None:
                            str(free_port()), "--no-pipeline"], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 2 and "give a write token" in done.stderr
+
+
+UPLOAD = ('<http://ex/e{n}> <http://www.w3.org/ns/prov#generatedAtTime> "2016-06-20T10:0{n}:00Z"^^'
+          '<http://www.w3.org/2001/XMLSchema#dateTime> .\n<http://ex/e{n}> {{ <http://ex/a> <http://ex/b> {n} . }}\n')
+TRIG = {"Content-Type": "application/trig"}
+
+
+def test_per_stream_write_tokens(tmp_path: Path) -> None:
+    c = client(tmp_path, token=TOKEN)
+    assert c.put("/streams/hr?write-token=sensor-7", headers=AUTH).status_code == 201
+    assert c.put("/streams/bp", headers=AUTH).status_code == 201
+    sensor = {"Authorization": "Bearer sensor-7"}
+    assert c.post("/streams/hr", data=UPLOAD.format(n=1), headers={**TRIG, **sensor}).status_code == 200
+    r = c.post("/streams/bp", data=UPLOAD.format(n=1), headers={**TRIG, **sensor})
+    assert r.status_code == 403  # the sensor's token writes its own stream only
+    assert c.put("/store?graph=http://ex/g", data="<http://ex/s> <http://ex/p> 1 .",
+                 headers={**TTL, **sensor}).status_code == 403
+    described = c.get("/streams/hr").get_json()
+    assert described["write_token"] is True and "sensor-7" not in str(described)
+    assert c.put("/streams/hr", headers=AUTH).status_code == 204  # reconfigured: the token stays
+    assert c.post("/streams/hr", data=UPLOAD.format(n=2), headers={**TRIG, **sensor}).status_code == 200
+    assert [c.get(f"/streams/{name}").get_json()["elements"] for name in ("hr", "bp")] == [2, 0]
+
+
+def test_a_stream_token_protects_its_stream_on_an_open_server(tmp_path: Path) -> None:
+    c = client(tmp_path)  # no server token: writes are open, except to a stream that has its own token
+    assert c.put("/streams/hr?write-token=k").status_code == 201
+    assert c.post("/streams/hr", data=UPLOAD.format(n=1), headers=TRIG).status_code == 401
+    assert c.post("/streams/hr", data=UPLOAD.format(n=1), headers={**TRIG, "Authorization": "Bearer no"}).status_code \
+        == 403
+    assert c.delete("/streams/hr").status_code == 401
+    assert c.get("/streams/hr").get_json()["elements"] == 0
+    assert c.post("/streams/hr", data=UPLOAD.format(n=1),
+                  headers={**TRIG, "Authorization": "Bearer k"}).status_code == 200
+    assert c.put("/streams/other").status_code == 201  # other writes stay open

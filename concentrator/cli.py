@@ -152,6 +152,9 @@ def build_app(config: ServerConfig, spark_master: str | None, rules_dir: Path | 
         for error in registry.load_directory(rules_dir, base_url):
             print(f"concentrator: rule not loaded: {error}", file=sys.stderr)
     runner = RuleRunner(registry, evaluator)
+    caught_up = runner.catch_up()  # windows committed before a crash that their rules had not fired on
+    if caught_up:
+        print(f"concentrator: fired rules on {caught_up} window(s) committed before the last stop", file=sys.stderr)
     pipeline_status = None
     if spark_master is not None:
         from concentrator.pipeline import WindowPipeline

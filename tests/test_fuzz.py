@@ -3,7 +3,12 @@
 Each property is the one ``bench/fuzz.py`` runs for thousands of inputs (see bench/README.md, ``bench.fuzz``):
 an input is either accepted or refused with a 4xx and a non-empty message — no other exception, no 5xx, no hang
 (each call is timed) — and a refused upload leaves the data that was there before unchanged. Here each target
-runs a few dozen examples so the suite stays fast.
+runs 100-300 examples so the suite stays fast.
+
+The fuzzing found two classes of 500s (see bench/README.md, ``bench.fuzz``); each is pinned below by a minimal
+reproduction marked ``xfail(strict=True)``, and the property tests here leave those extreme values out
+(``extreme=False``: no durations past ``timedelta``'s range, no ±24:00 offsets) so they keep checking everything
+else. When the failures are fixed, remove the xfail marks and the ``extreme=False`` arguments.
 """
 
 from __future__ import annotations
@@ -18,16 +23,19 @@ from hypothesis import strategies as st
 
 from bench.fuzz import (
     QUERY_SEEDS,
+    Failure,
     Server,
     check_checked_query,
     check_parse_extended,
     check_store_upload,
     check_stream_get,
     check_stream_upload,
+    check_time_param,
     check_window_ref,
     get_inputs,
     nquads_inputs,
     query_inputs,
+    time_param_inputs,
     trig_inputs,
     turtle_inputs,
     window_refs,
@@ -56,7 +64,7 @@ def test_query_seeds_come_from_the_tests_and_the_rules() -> None:
 
 
 @settings(max_examples=200, deadline=2000)
-@given(window_refs())
+@given(window_refs(extreme=False))
 def test_grammatical_window_refs_parse_or_are_refused(text: str) -> None:
     check_window_ref(text)
 
@@ -75,7 +83,7 @@ def test_design_invalid_forms_are_refused(text: str) -> None:
 # -- the properties ----------------------------------------------------------------------------------------
 
 @FAST
-@given(windowref_inputs)
+@given(windowref_inputs(extreme=False))
 def test_fuzz_window_ref(text: str) -> None:
     check_window_ref(text)
 
@@ -87,13 +95,13 @@ def test_fuzz_window_ref_arbitrary_text(text: str) -> None:
 
 
 @FAST
-@given(query_inputs)
+@given(query_inputs(extreme=False))
 def test_fuzz_parse_extended(text: str) -> None:
     check_parse_extended(text)
 
 
 @FAST
-@given(query_inputs)
+@given(query_inputs(extreme=False))
 def test_fuzz_checked_query(text: str) -> None:
     check_checked_query(text)
 
@@ -117,6 +125,67 @@ def test_fuzz_store_turtle(server: Server, body: str, method: str) -> None:
 
 
 @HTTP
-@given(get_inputs)
+@given(get_inputs(extreme=False))
 def test_fuzz_stream_windows_and_query(server: Server, params: tuple[str, str | None]) -> None:
     check_stream_get(server, *params)
+
+
+@HTTP
+@given(time_param_inputs(extreme=False))
+def test_fuzz_time_parameters(server: Server, params: tuple[str, str]) -> None:
+    check_time_param(server, *params)
+
+
+# -- failures found by the fuzzer (bench/results/fuzz.json): minimal reproductions ------------------------
+
+HUGE_DURATION = pytest.mark.xfail(strict=True, raises=Failure, reason=(
+    "a duration past datetime.timedelta's range (over 999,999,999 days) raises OverflowError from "
+    "sparql_ext.windowref._duration (isodate.parse_duration) instead of WindowRefSyntaxError: a 500 for "
+    "WINDOWS=, and parse_extended/checked_query raise it for a WINDOWS construct"))
+OFFSET_24H = pytest.mark.xfail(strict=True, raises=Failure, reason=(
+    "parse_revision accepts a timezone offset of ±24:00 or more (e.g. +24:00, +99:00), which Python's "
+    "datetime cannot use: utcoffset() raises ValueError later (str() of the WindowRef, to_micros, "
+    "revlog.resolve): a 500 for WINDOWS=, revision-id=, punctuation= and timestamp=; checked_query raises it "
+    "for a WINDOWS construct"))
+
+
+@HUGE_DURATION
+@pytest.mark.parametrize("text", ["HEAD/P1000000000D", "HEAD/P99999999999D", "HEAD/PT99999999999999H",
+                                  "R/HEAD/PT1M/P99999999999D"])
+def test_xfail_huge_duration_window_ref(text: str) -> None:
+    check_window_ref(text)
+
+
+@HUGE_DURATION
+def test_xfail_huge_duration_parse_extended() -> None:
+    check_parse_extended("SELECT * { WINDOWS HEAD/P1000000000D { ?s ?p ?o } }")
+
+
+@HUGE_DURATION
+def test_xfail_huge_duration_checked_query() -> None:
+    check_checked_query("SELECT * { WINDOWS HEAD/P1000000000D { ?s ?p ?o } }")
+
+
+@HUGE_DURATION
+def test_xfail_huge_duration_http(server: Server) -> None:
+    check_stream_get(server, "HEAD/P1000000000D", None)  # GET /streams/NAME?WINDOWS=HEAD/P1000000000D -> 500
+
+
+@OFFSET_24H
+@pytest.mark.parametrize("text", ["2016-06-20T10:00:00+24:00/PT1M", "2016-06-20T10:00:00-24:00",
+                                  "R/1/2016-06-20T10:00:00+99:00"])
+def test_xfail_offset_24h_window_ref(text: str) -> None:
+    check_window_ref(text)  # parses, but str() raises ValueError
+
+
+@OFFSET_24H
+def test_xfail_offset_24h_windows_http(server: Server) -> None:
+    check_stream_get(server, "2016-06-20T10:00:00+24:00/PT1M", None)
+
+
+@OFFSET_24H
+@pytest.mark.parametrize("parameter", ["punctuation", "timestamp", "revision-id"])
+def test_xfail_offset_24h_parameters_http(server: Server, parameter: str) -> None:
+    # POST /streams/NAME?punctuation=2016-06-20T10:00:00%2B24:00, ?timestamp=… (Turtle upload),
+    # GET /store?graph=…&revision-id=…, /sparql?query=ASK{}&revision-id=…, /streams/NAME?revision-id=… -> 500
+    check_time_param(server, parameter, "2016-06-20T10:00:00+24:00")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import ipaddress
+import os
 import sys
 from functools import partial
 from pathlib import Path
@@ -22,6 +24,21 @@ def _size(text: str) -> int:
     if text and text[-1] in units:
         return int(float(text[:-1]) * units[text[-1]])
     return int(text)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def service_allowlist(given: list[str], host: str, port: int) -> tuple[str, ...] | None:
+    """The hosts SERVICE may reach: this server (under its loopback names too) and those given; '*': any."""
+    if "*" in given:
+        return None
+    own = {f"{host}:{port}"} | ({f"127.0.0.1:{port}", f"localhost:{port}"} if _is_loopback(host) else set())
+    return tuple(sorted(own | {item.lower() for item in given}))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a directory of rules: NAME.rq files whose first line is '# output: <IRI-or-stream-name>'")
     serve.add_argument("--no-pipeline", action="store_true",
                        help="do not start Spark: one-shot windows work, repeating (R…) windows never complete")
+    serve.add_argument("--token", default=os.environ.get("CONCENTRATOR_TOKEN"),
+                       help="writes need 'Authorization: Bearer TOKEN' (default: $CONCENTRATOR_TOKEN); required "
+                            "when --host is not a loopback address")
+    serve.add_argument("--read-only", action="store_true", help="refuse every write (403)")
+    serve.add_argument("--rate-limit", type=float, default=None,
+                       help="requests per second per client address; beyond it 429 (default: no limit)")
+    serve.add_argument("--service-allow", action="append", default=[], metavar="HOST[:PORT]",
+                       help="a host SERVICE (in queries and rules) may reach over HTTP; repeatable; '*' for any "
+                            "(default: only this server)")
     tail = commands.add_parser("tail", help="follow a continuous response (a repeating windowed IRI) in the terminal")
     tail.add_argument("url", help="a stream URL, e.g. http://127.0.0.1:8080/streams/hr")
     tail.add_argument("windows", help="a repeating WindowRef, e.g. R/HEAD/PT05M/PT01M")
@@ -119,12 +145,16 @@ def build_app(config: ServerConfig, spark_master: str | None, rules_dir: Path | 
 
     dataset = RevisionedDataset(config.data_dir, in_memory=config.in_memory, retention=config.retention)
     catalog = StreamCatalog(config.data_dir / "streams", in_memory=config.in_memory)
-    evaluator = ExtendedEvaluator(dataset, catalog, [], requests.Session())
+    evaluator = ExtendedEvaluator(dataset, catalog, [], requests.Session(),
+                                  allow_hosts=None if config.service_allow is None else frozenset(config.service_allow))
     registry = RuleRegistry(config.data_dir / "rules", evaluator)
     if rules_dir is not None:
         for error in registry.load_directory(rules_dir, base_url):
             print(f"concentrator: rule not loaded: {error}", file=sys.stderr)
     runner = RuleRunner(registry, evaluator)
+    caught_up = runner.catch_up()  # windows committed before a crash that their rules had not fired on
+    if caught_up:
+        print(f"concentrator: fired rules on {caught_up} window(s) committed before the last stop", file=sys.stderr)
     pipeline_status = None
     if spark_master is not None:
         from concentrator.pipeline import WindowPipeline
@@ -144,8 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         from concentrator.server import serve
 
+        if args.token is None and not _is_loopback(args.host):
+            print(f"concentrator serve: --host {args.host} is reachable from other machines: give a write token "
+                  "(--token or $CONCENTRATOR_TOKEN), or bind to 127.0.0.1", file=sys.stderr)
+            return 2
         config = ServerConfig(args.data.resolve(), max_body_bytes=args.max_body_bytes,
-                              retention=args.retention)
+                              retention=args.retention, token=args.token, read_only=args.read_only,
+                              rate_limit=args.rate_limit,
+                              service_allow=service_allowlist(args.service_allow, args.host, args.port))
         master = None if args.no_pipeline else args.spark_master
         serve(config, args.host, args.port, args.threads, make_app=partial(
             build_app, spark_master=master, rules_dir=args.rules, base_url=f"http://{args.host}:{args.port}"))

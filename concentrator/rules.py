@@ -49,7 +49,29 @@ class RuleRunner:
     def on_windows(self, stream: Stream, revisions: list[WindowRevision]) -> None:
         for revision in revisions:
             for rule in self.registry.reading(stream.config.name, revision.sequence):
-                self.fire(rule, stream, revision)
+                if revision.index > rule.fired.get(f"{stream.config.name}/{revision.sequence}", -1):
+                    self.fire(rule, stream, revision)
+
+    def catch_up(self) -> int:
+        """Fire every rule on the committed windows of its inputs it has not fired on (a crash between a window's
+        commit and its firing, or before the firing was recorded): exactly once, since a repeated firing skips
+        the outputs its first run committed (their origins are in the output stream). Returns the firings."""
+        fired = 0
+        for rule in self.registry.rules():
+            for item in rule.inputs:
+                stream = self.registry.catalog.find(item.stream)
+                if stream is None:
+                    continue
+                after = rule.fired.get(f"{item.stream}/{item.sequence}", -1)
+                for revision in stream.windows.windows_from(item.sequence, after + 1, 0):
+                    self.fire(rule, stream, revision)
+                    fired += 1
+        return fired
+
+    @staticmethod
+    def _mark_fired(rule: Rule, stream: Stream, revision: WindowRevision) -> None:
+        key = f"{stream.config.name}/{revision.sequence}"
+        rule.fired[key] = max(rule.fired.get(key, -1), revision.index)
 
     def _reported(self, rule: Rule, stream: Stream, revision: WindowRevision, result: Any) -> Any:
         """What the rule's report policy and stream operator let out of this firing's construction (RStream at
@@ -84,6 +106,10 @@ class RuleRunner:
                 end = _window_time(stream, kind, revision)
                 elements = _elements(self._reported(rule, stream, revision, result), end)
                 output = self.registry.catalog.get(rule.output)
+                key = f"{rule.name}/{stream.config.name}/{revision.sequence}/{revision.index}"
+                for position, element in enumerate(elements):
+                    element.origin = f"{key}/{position}"
+                elements = [e for e in elements if not output.has_origin(e.origin)]  # type: ignore[arg-type]
                 for element in elements:
                     last = output.accepted_time
                     if element.time is None or (last is not None and element.time <= last):
@@ -92,6 +118,7 @@ class RuleRunner:
                 output.flush()
             except WindowNotComplete as waiting:  # another input has no complete window yet: nothing to join
                 rule.status.waiting += 1
+                self._mark_fired(rule, stream, revision)
                 rule.status.last_window = where
                 rule.status.log = [*rule.status.log, f"{format_micros(now_micros())} {where}: not fired, {waiting}"
                                    ][-LOG_KEEP:]
@@ -100,6 +127,7 @@ class RuleRunner:
             except Exception as error:  # noqa: BLE001 - recorded; other rules keep running
                 status = rule.status
                 status.failures += 1
+                self._mark_fired(rule, stream, revision)
                 status.last_error = f"{type(error).__name__}: {error}"
                 status.last_window = where
                 status.log = [*status.log, f"{format_micros(now_micros())} {where}: {status.last_error}"][-LOG_KEEP:]
@@ -108,6 +136,7 @@ class RuleRunner:
                 return 0
         status = rule.status
         status.firings += 1
+        self._mark_fired(rule, stream, revision)
         status.outputs += len(elements)
         status.last_latency_ms = round((time.monotonic() - started) * 1000, 3)
         status.last_window = where

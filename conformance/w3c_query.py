@@ -176,7 +176,8 @@ class Endpoints:
         try:
             with _environment(http_proxy=f"http://127.0.0.1:{proxy.server_port}", no_proxy="127.0.0.1,localhost"):
                 for _ in range(self.count):  # Popen inherits the proxy settings; our readiness checks bypass it
-                    self.urls.append(self._stack.enter_context(server.running_server(["--no-pipeline"])).url)
+                    running = server.running_server(["--no-pipeline", "--service-allow", "*"])
+                    self.urls.append(self._stack.enter_context(running).url)
         except BaseException:
             self._stack.close()
             raise

@@ -38,11 +38,13 @@ class AvailableReader:
                 return data[:size]  # type: ignore[no-any-return]
         if chunked.parser is None:
             return b""
-        try:
-            data = next(chunked.parser)
-        except StopIteration:
-            chunked.parser = None
-            return b""
+        data = b""
+        while not data:  # gunicorn's chunk parser yields b"" when a chunk's header ends a packet: not the end
+            try:
+                data = next(chunked.parser)
+            except StopIteration:
+                chunked.parser = None
+                return b""
         if len(data) > size:
             chunked.buf.write(data[size:])
         return data[:size]  # type: ignore[no-any-return]

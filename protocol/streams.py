@@ -10,6 +10,7 @@ import uuid
 from flask import Blueprint, Response, current_app, jsonify, request
 from pyoxigraph import NamedNode, RdfFormat, serialize
 
+from protocol.access import token_hash
 from protocol.bodies import revision_parameter, text_body
 from protocol.continuous import continuous_response, wants_continuous
 from protocol.errors import BadRequest, HttpProblem, NotAcceptable, UnsupportedMediaType
@@ -146,11 +147,18 @@ def _put(name: str) -> Response:
             options[key] = request.args[key]
     if "alias" in request.args:
         options["alias"] = request.args.getlist("alias")
-    unknown = set(options) - {"timestamp-predicate", "lateness", "retention", "alias"}
+    if "write-token" in request.args:
+        options["write-token"] = request.args["write-token"]
+    unknown = set(options) - {"timestamp-predicate", "lateness", "retention", "alias", "write-token"}
     if unknown:
         raise BadRequest(f"unknown stream setting(s) {sorted(unknown)}: use timestamp-predicate, lateness, "
-                         "retention, alias")
+                         "retention, alias, write-token")
     config = StreamConfig(name)
+    existing = _catalog().find(name)
+    if "write-token" in options:  # kept as a hash; an empty value removes it
+        config.write_token_sha256 = token_hash(str(options["write-token"])) if options["write-token"] else None
+    elif existing is not None:
+        config.write_token_sha256 = existing.config.write_token_sha256
     if "timestamp-predicate" in options:
         config.timestamp_predicate = _iri(str(options["timestamp-predicate"]), "timestamp-predicate")
     if "lateness" in options:
@@ -174,6 +182,7 @@ def _describe(stream: Stream) -> dict[str, object]:
         "lateness_us": config.lateness,
         "retention_us": config.retention,
         "aliases": config.aliases,
+        "write_token": config.write_token_sha256 is not None,
         "elements": len(stream),
         "first_ordinal": stream.first_ordinal if len(stream) else None,
         "head": None if record is None else {

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import isodate
 
@@ -54,6 +54,9 @@ _DATETIME = re.compile(r"-?[0-9]{4,}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2
 _SPACE_FOR_PLUS = re.compile(r"(T[0-9:.]+) ([0-9]{2}:[0-9]{2})$")
 
 
+MAX_OFFSET = timedelta(hours=14)  # XSD's timezone range
+
+
 def parse_revision(text: str) -> RevisionDesignator:
     """Parse a revision designator, raising ``RevisionSyntaxError`` that names the bad value.
 
@@ -79,9 +82,14 @@ def parse_revision(text: str) -> RevisionDesignator:
                 "as '+01:00' (percent-encoded as %2B in a URL)"
             )
         try:
-            return Instant(isodate.parse_datetime(value))
-        except (ValueError, isodate.ISO8601Error) as error:
+            moment = isodate.parse_datetime(value)
+            offset = moment.utcoffset()
+        except (ValueError, OverflowError, isodate.ISO8601Error) as error:
             raise RevisionSyntaxError(f"revision {text!r} is not a valid dateTime: {error}") from None
+        if offset is None or abs(offset) > MAX_OFFSET:
+            raise RevisionSyntaxError(f"revision {text!r}: the timezone offset must be between -14:00 and +14:00 "
+                                      "(xsd:dateTime)")
+        return Instant(moment)
     if value.startswith("HEAD"):
         raise RevisionSyntaxError(
             f"revision {text!r} is malformed: after HEAD only '~' and a number of revisions "

@@ -180,6 +180,9 @@ def _duration(ref: str, part: str) -> timedelta:
         value = isodate.parse_duration(part)
     except (ValueError, isodate.ISO8601Error) as error:
         raise WindowRefSyntaxError(f"WINDOWS={ref}: {part!r} is not an xsd:duration: {error}") from None
+    except OverflowError:
+        raise WindowRefSyntaxError(f"WINDOWS={ref}: {part!r} is longer than a window can be "
+                                   "(at most 999,999,999 days)") from None
     if not isinstance(value, timedelta):  # defensive: isodate.Duration means calendar units
         _fail(ref, f"{part!r} is not a fixed-length duration")
     if value == timedelta(0):

@@ -34,6 +34,7 @@ class ParsedElement:
     quads: list[Quad] = field(default_factory=list)
     time: int | None = None  # µs since the epoch; None: stamp with receipt time
     offset: int = 0  # bytes of the body read when the element began (the parser reads ahead)
+    origin: str | None = None  # what made it, when a rule did ("rule/sequence/window/position"): exactly-once
 
     @property
     def is_punctuation(self) -> bool:

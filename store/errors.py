@@ -89,3 +89,9 @@ class WindowNotComplete(StoreError):
     """A prospective window that did not complete within the request's timeout."""
 
     status_hint = 503
+
+
+class ServiceNotAllowed(StoreError):
+    """A SERVICE to a host that is not on the server's allowlist."""
+
+    status_hint = 403

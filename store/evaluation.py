@@ -57,7 +57,7 @@ from sparql_ext.windowing import WindowNotResolvable
 from sparql_ext.windowref import parse_window_ref
 from store.cache import StaticResults, is_static
 from store.dataset import RevisionedDataset
-from store.errors import QueryFailed, StoreError, WindowNotComplete
+from store.errors import QueryFailed, ServiceNotAllowed, StoreError, WindowNotComplete
 from store.selection import SelectedWindow, revision_selection, select_window
 from store.stream import Stream, format_micros
 from store.streams import StreamCatalog
@@ -128,8 +128,10 @@ class ExtendedEvaluator:
     def __init__(self, dataset: RevisionedDataset, catalog: StreamCatalog, local_bases: list[str],
                  http: HttpSession | None = None, *, window_timeout: float = 30.0,
                  http_timeout: float = 60.0, pins: dict[tuple[str, str], SelectedWindow] | None = None,
-                 cache: StaticResults[Solutions] | None = None) -> None:
+                 cache: StaticResults[Solutions] | None = None, allow_hosts: frozenset[str] | None = None) -> None:
         self.dataset = dataset
+        # hosts ("host" or "host:port") SERVICE may reach over HTTP; None: any (this server is in-process anyway)
+        self.allow_hosts = allow_hosts
         self.cache: StaticResults[Solutions] = cache if cache is not None else StaticResults()
         # (stream name, canonical repeating WindowRef) -> the window to use instead of the latest (rules)
         self.pins = pins or {}
@@ -143,13 +145,14 @@ class ExtendedEvaluator:
         """The same evaluator for a request arriving at other base IRIs (e.g. ``request.host_url``)."""
         return ExtendedEvaluator(self.dataset, self.catalog, local_bases, self.http,
                                  window_timeout=self.window_timeout, http_timeout=self.http_timeout, pins=self.pins,
-                                 cache=self.cache)
+                                 cache=self.cache, allow_hosts=self.allow_hosts)
 
     def for_rule(self, local_bases: list[str], pins: dict[tuple[str, str], SelectedWindow]) -> ExtendedEvaluator:
         """The evaluator a rule firing uses: repeating refs named in ``pins`` resolve to the pinned window,
         the others to their latest complete window without waiting."""
         return ExtendedEvaluator(self.dataset, self.catalog, local_bases, self.http, window_timeout=0.0,
-                                 http_timeout=self.http_timeout, pins=pins, cache=self.cache)
+                                 http_timeout=self.http_timeout, pins=pins, cache=self.cache,
+                                 allow_hosts=self.allow_hosts)
 
     def _window_of(self, stream: Stream, text: str) -> SelectedWindow:
         if self.pins:
@@ -269,6 +272,25 @@ class ExtendedEvaluator:
         return QueryTarget(stream.window_store(selected.ordinals), None, None, selected.commit, base_iri, None,
                            stream)
 
+    def check_reachable(self, iri: str) -> None:
+        """Refuse a SERVICE IRI whose host is not on the allowlist (a rule or query must not probe other
+        machines through this server)."""
+        if self.allow_hosts is None:
+            return
+        parts = urlsplit(iri)
+        host = (parts.hostname or "").lower()
+        hostport = f"{host}:{parts.port}" if parts.port else host
+        if parts.scheme not in ("http", "https") or (host not in self.allow_hosts and hostport not in self.allow_hosts):
+            raise ServiceNotAllowed(f"SERVICE <{iri}>: {hostport or iri} is not on this server's SERVICE allowlist "
+                                    f"({', '.join(sorted(self.allow_hosts)) or 'empty: only this server'}); "
+                                    "the operator adds hosts with --service-allow")
+
+    def is_local(self, iri: str) -> bool:
+        """Whether a SERVICE IRI is evaluated in-process (this server's /sparql, streams and stream aliases)."""
+        if any(iri == f"{base}/sparql" or iri.startswith(f"{base}/sparql?") for base in self.local_bases):
+            return True
+        return self.local_stream(iri)[0] is not None
+
     def static_solutions(self, sparql: str, base_iri: str | None) -> Solutions:
         """A SELECT that reads only the dataset, at HEAD, through the per-revision cache (rule input discovery)."""
         return self._select(sparql, self._pinned(QueryTarget(base_iri=base_iri)), False, cacheable=True)
@@ -317,6 +339,7 @@ class ExtendedEvaluator:
             return self._inner(part, local).rows
         if self.http is None:
             raise QueryFailed(f"SERVICE <{iri}> is not this server's and no HTTP client is configured")
+        self.check_reachable(iri)
         text = part.inner.original if isinstance(part.inner, ExtendedQuery) else part.inner
         response = self.http.post(iri, data=text.encode("utf-8"), timeout=self.http_timeout, headers={
             "Content-Type": "application/sparql-query; charset=utf-8",

@@ -89,17 +89,20 @@ class Rule:
     discovers: bool = False  # has SERVICE ?var inputs, re-discovered when the data changes
     report: str | None = None  # report policy (sparql_ext.reporting), None: window-close
     operator: str | None = None  # stream operator, None: rstream
+    # "stream/sequence" -> index of the last window the rule fired on (at registration: the latest committed, so
+    # a new rule fires on what completes from then on); start-up fires what came after (RuleRunner.catch_up)
+    fired: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "output": self.output, "base": self.base, "discovers": self.discovers,
-                "report": self.report, "operator": self.operator,
+                "report": self.report, "operator": self.operator, "fired": self.fired,
                 "inputs": [asdict(i) for i in self.inputs], "status": asdict(self.status)}
 
     @classmethod
     def from_json(cls, text: str, data: dict) -> Rule:  # type: ignore[type-arg]
         return cls(data["name"], text, data["output"], data["base"], [RuleInput(**i) for i in data["inputs"]],
                    RuleStatus(**data.get("status", {})), data.get("discovers", False), data.get("report"),
-                   data.get("operator"))
+                   data.get("operator"), dict(data.get("fired", {})))
 
     @property
     def report_spec(self) -> ReportSpec:
@@ -163,6 +166,8 @@ def _walk(query: ExtendedQuery, stream: str | None, evaluator: ExtendedEvaluator
                                    "REVISION / WINDOWS, so the rule's inputs cannot be discovered from the dataset")
             discovered_by.append((part.prefix, part.target))
         elif part.kind == "service":
+            if not evaluator.is_local(part.target):
+                evaluator.check_reachable(part.target)  # a rule must not probe hosts off the allowlist (403)
             name, query_string = evaluator.local_stream(part.target)
             found = evaluator.windowed_input(part.target)
             if found is not None:
@@ -277,7 +282,8 @@ class RuleRegistry:
             old = self._rules.get(name)
             rule = Rule(name, text, output_name, base.rstrip("/"), self._register(pairs),
                         old.status if old else RuleStatus(), discovers=bool(analysis.discovered_by), report=report,
-                        operator=operator)
+                        operator=operator, fired=dict(old.fired) if old else {})
+            self._start_after_latest(rule)
             (self.directory / f"{name}.rq").write_text(text, encoding="utf-8")
             self._rules[name] = rule
             self.save(rule)
@@ -292,6 +298,15 @@ class RuleRegistry:
                                                                                             stream))
             inputs.append(RuleInput(stream_name, ref_text, sequence.id))
         return inputs
+
+    def _start_after_latest(self, rule: Rule) -> None:
+        """An input new to the rule starts after its sequence's latest window: a rule fires on windows that
+        complete once it reads them, not on history."""
+        for item in rule.inputs:
+            key = f"{item.stream}/{item.sequence}"
+            if key not in rule.fired:
+                latest = self.catalog.get(item.stream).windows.latest(item.sequence)
+                rule.fired[key] = latest.index if latest is not None else -1
 
     def rediscover(self) -> None:
         """Re-evaluate the ``SERVICE ?var`` inputs of every rule that has them (the dataset or the streams
@@ -315,6 +330,7 @@ class RuleRegistry:
                     else:
                         kept.append(pair)
                 rule.inputs = self._register(kept)
+                self._start_after_latest(rule)
                 self.save(rule)
 
     def _report(self, rule: Rule, message: str) -> None:

@@ -62,6 +62,7 @@ class StreamConfig:
     retention: int | None = None  # µs of stream time to keep; None = keep everything
     aliases: list[str] = field(default_factory=list)  # other IRIs (e.g. urn:uuid:…) naming this stream
     uuid_prefix: int = 0  # high 64 bits of this stream's revision UUIDs (random at creation)
+    write_token_sha256: str | None = None  # a token that may write to this stream (protocol/access.py)
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -114,6 +115,7 @@ class Stream:
         self.first_ordinal = 1
         self._times: list[int] = []
         self._graphs: list[str] = []
+        self._origins: set[str] = set()  # origins of committed elements a rule made (ParsedElement.origin)
         self._window_lock = threading.Lock()
         self._window_stores: OrderedDict[tuple[int, ...], Store] = OrderedDict()  # see window_store
         # the latest elements' quads (timestamp triple in the default graph), newest last: copying a live window
@@ -250,6 +252,12 @@ class Stream:
                 defaults.append(timestamp_graph(ordinal))
                 named.append(graph_from_text(self._graphs[i]))  # type: ignore[arg-type]
         return defaults, named
+
+    def has_origin(self, origin: str) -> bool:
+        """Whether an element made by ``origin`` (a rule firing's output) is committed: a firing repeated after a
+        crash skips what its first run already committed."""
+        with self._changed:
+            return origin in self._origins
 
     def window_store(self, ordinals: Iterable[int]) -> Store:
         """The window dataset of these elements as an in-memory store: their timestamp triples in its default
@@ -419,7 +427,10 @@ class Stream:
             recent.append((ordinal, [*element.quads, Quad(element.graph, predicate, stamp, DefaultGraph())]))
             graph = str(element.graph)
             graphs.append(graph)
-            lines.append(json.dumps({"o": ordinal, "t": element.time, "g": graph, "c": commit_time}))
+            record = {"o": ordinal, "t": element.time, "g": graph, "c": commit_time}
+            if element.origin is not None:
+                record["f"] = element.origin
+            lines.append(json.dumps(record))
         if quads:
             write_json(self._pending_path, {"graphs": graphs, "from": batch[0][0]})
             if len(quads) >= _BULK_THRESHOLD:
@@ -442,6 +453,8 @@ class Stream:
         with self._changed:
             for ordinal, element in elements:
                 self._index(ordinal, element.time, str(element.graph), commit_time)  # type: ignore[arg-type]
+                if element.origin is not None:
+                    self._origins.add(element.origin)
             self._changed.notify_all()
         with self._accept_lock:
             for ordinal, element in elements:
@@ -480,6 +493,8 @@ class Stream:
                     self.stream_time = entry["t"] if self.stream_time is None else max(self.stream_time, entry["t"])
                 elif "o" in entry:
                     self._index(entry["o"], entry["t"], entry["g"], entry["c"])
+                    if "f" in entry:
+                        self._origins.add(entry["f"])
                 elif "p" in entry:
                     self._index(0, entry["p"], "", entry["c"])
         if self._pending_path.exists():

@@ -194,7 +194,8 @@ def _trig(minute: str, value: int) -> str:
 
 
 def test_end_to_end_alert() -> None:
-    with running_server() as server:
+    # 127.0.0.1:9 is allowed so that the broken rule below registers and fails at run time (nothing listens there)
+    with running_server(["--service-allow", "127.0.0.1:9"]) as server:
         base = server.url
         trig = {"Content-Type": "application/trig"}
         assert requests.put(f"{base}/streams/hr", timeout=10).ok

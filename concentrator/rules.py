@@ -26,7 +26,7 @@ from typing import Any
 
 from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad
 
-from sparql_ext.reporting import Reporter, StreamOperator
+from sparql_ext.reporting import Reporter
 from store.elements import PROV_GENERATED_AT_TIME, ParsedElement, parse_timestamp
 from store.errors import WindowNotComplete
 from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget
@@ -43,8 +43,8 @@ class RuleRunner:
         self.registry = registry
         self.evaluator = evaluator
         self._lock = threading.Lock()  # one firing at a time: output times stay ordered
-        # per (rule, its report settings, input stream and sequence): the reporter and the last firing's content
-        self._reporters: dict[tuple[str, ...], tuple[Reporter, list[Any]]] = {}
+        # per (rule, its report settings, input stream and sequence): the reporter, which keeps the last firing
+        self._reporters: dict[tuple[str, ...], Reporter] = {}
 
     def on_windows(self, stream: Stream, revisions: list[WindowRevision]) -> None:
         for revision in revisions:
@@ -79,16 +79,8 @@ class RuleRunner:
         other; constructed blank nodes and UUID() / STRUUID() values differ in every firing, so IStream and
         content-change suit rules whose output is a function of the window."""
         key = (rule.name, str(rule.report), str(rule.operator), stream.config.name, revision.sequence)
-        reporter = self._reporters.get(key)
-        if reporter is None:
-            reporter = self._reporters[key] = (Reporter(rule.report_spec), [])
-        state, previous = reporter
-        items = list(result)
-        emitted = state.on_window(revision.end, items, revision.count)
-        source = previous if rule.report_spec.operator is StreamOperator.DSTREAM else items
-        self._reporters[key] = (state, items)
-        kept = [] if emitted is None else [item for item in source if item in emitted]
-        return type(result)(kept)
+        reporter = self._reporters.setdefault(key, Reporter(rule.report_spec))
+        return type(result)(reporter.report(revision.end, list(result), revision.count) or [])
 
     def fire(self, rule: Rule, stream: Stream, revision: WindowRevision) -> int:
         """Evaluate ``rule`` over the window that completed; returns the output elements appended."""

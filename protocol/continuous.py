@@ -39,7 +39,7 @@ from protocol.errors import BadRequest, NotAcceptable
 from protocol.negotiation import DATASET_FORMATS, GRAPH_FORMATS, RESULTS_FORMATS, best_media_type
 from protocol.window_results import SharedResults
 from sparql_ext import THEN_FUNCTION
-from sparql_ext.reporting import Reporter, ReportPolicy, ReportSpec, StreamOperator, parse_report
+from sparql_ext.reporting import Reporter, ReportPolicy, ReportSpec, parse_report
 from sparql_ext.windowing import Window, WindowSpec, bind_origin, bounds, resolve, window
 from sparql_ext.windowref import WindowRef, parse_window_ref
 from store.evaluation import (
@@ -73,6 +73,12 @@ class Registration:
     started: str
     windows_sent: int = 0
     last_window: int | None = None
+
+    def delivered(self, index: int, part: bytes) -> bytes:
+        """Count a window's part as sent (for /status) and pass it on."""
+        self.windows_sent += 1
+        self.last_window = index
+        return part
 
 
 @dataclass
@@ -162,10 +168,8 @@ def producer(stream: Stream, query: str | None, evaluator: ExtendedEvaluator, ba
     bag, through the report policy and the stream operator (RStream: the result; IStream: what is new since the
     previous evaluation; DStream: what left it); ``at`` is the window's end or the arrival's time (µs)."""
     reporter = Reporter(spec)
-    previous: list[tuple[Any, int]] = []
 
     def produce(ordinals: list[int], commit: int, at: int) -> bytes | None:
-        nonlocal previous
         if ReportPolicy.NON_EMPTY_CONTENT in spec.policies and not ordinals:
             return None  # not evaluated, and not the previous window of the next one
         def evaluate() -> WindowResult:
@@ -176,14 +180,10 @@ def producer(stream: Stream, query: str | None, evaluator: ExtendedEvaluator, ba
         else:  # every response asking this query of this window shares one evaluation
             key = (stream.config.name, ordinals[0], ordinals[-1], len(ordinals), commit, query, base_iri)
             result = shared.get(key, evaluate)
-        current = numbered(result.items)
-        emitted = reporter.on_window(at, current, len(ordinals))
-        source = previous if spec.operator is StreamOperator.DSTREAM else current
-        previous = current
-        if emitted is None:
+        kept = reporter.report(at, numbered(result.items), len(ordinals))
+        if kept is None:
             return None
-        return serialize_items(result.kind, [item for item, n in source if (item, n) in emitted],
-                               result.variables, media_type)
+        return serialize_items(result.kind, [item for item, _ in kept], result.variables, media_type)
 
     return produce
 
@@ -333,9 +333,7 @@ def windows_body(stream: Stream, ref: WindowRef, sequence: Sequence, start: int,
                 headers = {"Window-Index": str(revision.index), "Window-Id": revision.uuid,
                            "Window-Committed": format_micros(revision.commit), **bounds_headers(kind, revision.start,
                                                                                                revision.end)}
-                registration.windows_sent += 1
-                registration.last_window = revision.index
-                yield packager.part(headers, body)
+                yield registration.delivered(revision.index, packager.part(headers, body))
         if packager.packaging == "multipart":
             yield packager.closing()
     finally:
@@ -416,9 +414,7 @@ def arrivals_body(stream: Stream, ref: WindowRef, sequence: Sequence, first_ordi
                        "Window-Committed": format_micros(record.commit),
                        **bounds_headers(spec.kind, active.start, active.end),
                        "Arrival-Ordinal": str(record.ordinal), "Arrival-Time": format_micros(record.time)}
-            registration.windows_sent += 1
-            registration.last_window = active.index
-            yield packager.part(headers, body)
+            yield registration.delivered(active.index, packager.part(headers, body))
         if packager.packaging == "multipart":
             yield packager.closing()
     finally:

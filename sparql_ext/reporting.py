@@ -206,6 +206,19 @@ class Reporter:
     _first_end: int | None = field(default=None, init=False, repr=False)
     _next_due: int | None = field(default=None, init=False, repr=False)
     _last_end: int | None = field(default=None, init=False, repr=False)
+    _previous_items: list = field(default_factory=list, init=False, repr=False)  # type: ignore[type-arg]
+
+    def report(self, end: int, items: list, elements: int | None = None) -> list | None:  # type: ignore[type-arg]
+        """``on_window`` for an ordered result: the items to emit in their order (the window's for RStream and
+        IStream, the previous window's for DStream), or None when the window is not reported."""
+        previous = self._previous_items
+        emitted = self.on_window(end, items, elements)
+        if not (ReportPolicy.NON_EMPTY_CONTENT in self.spec.policies and elements == 0):
+            self._previous_items = items  # a window skipped for having no elements is not the previous one
+        if emitted is None:
+            return None
+        source = previous if self.spec.operator is StreamOperator.DSTREAM else items
+        return [item for item in source if item in emitted]
 
     def on_window(self, end: int, content: Iterable[Hashable],  # type: ignore[type-arg]
                   elements: int | None = None) -> frozenset | None:

@@ -4,6 +4,8 @@ runs and benchmarks: one helper instead of one per caller."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -39,12 +41,14 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def running_server(args: Sequence[str] = (), *, data_dir: Path | None = None,
-                   timeout: float = STARTUP_TIMEOUT, ready_path: str = "/status") -> Iterator[RunningServer]:
-    """Start the server on a fresh (or the given) data directory; yield it; stop it."""
+                   timeout: float = STARTUP_TIMEOUT, ready_path: str = "/status",
+                   port: int | None = None) -> Iterator[RunningServer]:
+    """Start the server on a fresh (or the given) data directory, on a free port (or the given one: a restart
+    where clients reconnect); yield it; stop it."""
     with tempfile.TemporaryDirectory(prefix="concentrator-", ignore_cleanup_errors=True) as tmp:
         data = data_dir or Path(tmp) / "data"
         data.mkdir(parents=True, exist_ok=True)
-        port = free_port()
+        port = port or free_port()
         command = [sys.executable, "-m", "concentrator", "serve", "--data", str(data),
                    "--host", "127.0.0.1", "--port", str(port), *args]
         log_path = Path(tmp) / "server.log"
@@ -80,6 +84,28 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and all its descendants (gunicorn's worker, Spark's JVM and Python workers): a crash."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    tree, frontier = [], [pid]
+    while frontier:
+        current = frontier.pop()
+        tree.append(current)
+        frontier.extend(children.get(current, []))
+    for member in tree:
+        try:
+            os.kill(member, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def tail(path: Path, lines: int = 40) -> str:

@@ -8,7 +8,8 @@ window completes (seed 003, "alternative stream packaging options"; docs/continu
   window, ``id:`` its index). The document type of each window: ``format=`` or the Accept header.
 - **Which windows**: from the first window completing after the request (a ``R/<dateTime>/…`` ref anchored in
   the past replays the sequence from its first window, then continues live); ``Rn`` ends the response after its
-  sequence's window n-1.
+  sequence's window n-1. ``after=N`` / ``from=S`` / ``Last-Event-ID`` resume where an interrupted response stopped
+  (``protocol/resume.py``); the ``Window-From`` header says where a response starts.
 - **Content change** (``report=`` containing ``content-change``): the query is evaluated at every element
   arrival, over the oldest window holding the element with the elements arrived so far (``arrivals_body``), not
   at window completions; results go through the Reporter as bags (``numbered``).
@@ -37,6 +38,15 @@ from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples, Rd
 
 from protocol.errors import BadRequest, NotAcceptable
 from protocol.negotiation import DATASET_FORMATS, GRAPH_FORMATS, RESULTS_FORMATS, best_media_type
+from protocol.resume import (
+    Start,
+    check_available,
+    check_resumable,
+    check_sequence,
+    past_the_end,
+    requested_start,
+    seed_window,
+)
 from protocol.window_results import SharedResults
 from sparql_ext import THEN_FUNCTION
 from sparql_ext.reporting import Reporter, ReportPolicy, ReportSpec, parse_report
@@ -484,16 +494,29 @@ def continuous_response(stream: Stream, windows: str, query: str | None) -> Resp
     packaging, media_type = choose(kind, request.headers.get("Accept"), request.args.get("packaging"),
                                    request.args.get("format"))
     spec = parse_report(request.args.get("report"), request.args.get("operator"))
+    check_sequence(request.args.get("sequence"), sequence)
+    resumed = requested_start(request.args, request.headers, packaging)
     packager = Packager(packaging, media_type)
     produce = producer(stream, query, evaluator, request.base_url, spec, media_type,
                        current_app.extensions["window_results"])
     registration = registration_for(stream, ref, packager, request.remote_addr or "")
-    if ReportPolicy.CONTENT_CHANGE in spec.policies:
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Window-Sequence": sequence.id,
+               "Report-Policy": ",".join(sorted(p.value for p in spec.policies)),
+               "Stream-Operator": spec.operator.value}
+    if ReportPolicy.CONTENT_CHANGE in spec.policies and resumed is None:
         body = arrivals_body(stream, ref, sequence, first_arrival(ref, stream), produce, packager, registration,
                              current_app.extensions["continuous"], gunicorn_client_gone(request.environ))
-    else:
-        body = windows_body(stream, ref, sequence, first_index(ref, sequence, stream), produce, packager,
-                            registration, current_app.extensions["continuous"], gunicorn_client_gone(request.environ))
-    return Response(body, mimetype=None, content_type=packager.content_type, headers={
-        "Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Window-Sequence": sequence.id,
-        "Report-Policy": ",".join(sorted(p.value for p in spec.policies)), "Stream-Operator": spec.operator.value})
+        return Response(body, mimetype=None, content_type=packager.content_type, headers=headers)
+    start = resumed or Start(first_index(ref, sequence, stream), False, "")
+    if resumed is not None:
+        check_resumable(resumed, spec)
+        if past_the_end(resumed, ref.count):
+            return Response(status=204, headers=headers)  # nothing left; EventSource stops reconnecting
+        seed = seed_window(stream, sequence, resumed, spec)
+        check_available(stream, sequence, resumed, seed, MAX_LAG)
+        if seed is not None:  # evaluated, not sent: the operator's previous window, as before the interruption
+            produce(list(seed.ordinals()), seed.commit, seed.end)
+    body = windows_body(stream, ref, sequence, start.index, produce, packager, registration,
+                        current_app.extensions["continuous"], gunicorn_client_gone(request.environ))
+    return Response(body, mimetype=None, content_type=packager.content_type,
+                    headers={**headers, "Window-From": str(start.index)})

@@ -39,6 +39,12 @@ class NotAcceptable(HttpProblem):
     code = 406
 
 
+class Gone(HttpProblem):
+    """What was asked for existed once and is no longer kept (e.g. a resume point past retention)."""
+
+    code = 410
+
+
 class UnsupportedMediaType(HttpProblem):
     code = 415
 

@@ -18,7 +18,7 @@ import os
 import threading
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -233,6 +233,19 @@ class WindowLog:
         if recent and recent[0].index <= index:
             return [r for r in recent if r.index >= index]
         return [r for r in self.revisions(sequence) if r.index >= index]
+
+    def last_before(self, sequence: str, index: int,
+                    keep: Callable[[WindowRevision], bool] = lambda _: True) -> WindowRevision | None:
+        """The latest window of ``sequence`` with index < ``index`` for which ``keep`` holds (a resumed continuous
+        response's previous window). From memory when the latest windows hold it or hold the whole sequence, else
+        from the revisions file."""
+        with self._changed:
+            recent = list(self._recent.get(sequence, ()))
+            whole = self._emitted.get(sequence, 0) <= len(recent)
+        found = next((r for r in reversed(recent) if r.index < index and keep(r)), None)
+        if found is not None or whole:
+            return found
+        return next((r for r in reversed(self.revisions(sequence)) if r.index < index and keep(r)), None)
 
     def commit(self, batch: int, revisions: list[WindowRevision], state: PipelineState) -> bool:
         """Materialize ``revisions`` and record ``state`` as of Spark batch ``batch``.

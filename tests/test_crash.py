@@ -7,8 +7,6 @@ count), so the two runs can be compared exactly: 10 one-minute windows of 60 ele
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +14,7 @@ from pathlib import Path
 
 import requests
 
-from conformance.server import RunningServer, running_server
+from conformance.server import RunningServer, kill_tree, running_server
 
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
 XSD_DT = "http://www.w3.org/2001/XMLSchema#dateTime"
@@ -71,28 +69,6 @@ def finish(server: RunningServer) -> dict[str, int]:
         assert row["w"]["value"] not in outputs, f"window {row['w']['value']} output twice"
         outputs[row["w"]["value"]] = int(row["n"]["value"])
     return outputs
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process and all its descendants (gunicorn's worker, Spark's JVM and Python workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    tree, frontier = [], [pid]
-    while frontier:
-        current = frontier.pop()
-        tree.append(current)
-        frontier.extend(children.get(current, []))
-    for member in tree:
-        try:
-            os.kill(member, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def test_sigkill_mid_upload_and_windows_then_resume_equals_uninterrupted(tmp_path: Path) -> None:

@@ -1,0 +1,115 @@
+"""Where a continuous response starts, and resuming one where a previous response stopped (issue 6;
+docs/continuous.md, "Resuming").
+
+- ``after=N``: the response sends windows N+1, N+2, … of the sequence: those already materialized are replayed
+  from the window log, then it goes on live. The stream operator's previous window is the one an uninterrupted
+  response had when it sent window N+1: the latest window ≤ N it evaluated (window N itself when the client
+  received N), evaluated again here and not sent (``seed``), so IStream / DStream parts are the same.
+- ``from=S``: starts at window S as a new response would: no previous window. A client that received no window
+  yet resumes with the ``Window-From`` header of its first response.
+- ``Last-Event-ID`` (``event-stream`` only): what a browser's EventSource sends when it reconnects, the ``id:``
+  of the last event it received (a window index): the same as ``after=``. It wins over ``after=`` / ``from=``,
+  which EventSource repeats unchanged from the URL it was opened with.
+- ``sequence=ID``: optional; the ``Window-Sequence`` header of the response being resumed. A ref names the same
+  sequence for the stream's lifetime (its id is derived from the ref's text), so this only catches a client
+  resuming against another stream or ref by mistake.
+
+Not resumable (400): ``report=content-change`` (evaluated at every arrival: its state is not a window) and
+``periodic:`` (its due times count from the first window the original response evaluated, which the server does
+not know). Gone (410): a resume point more than ``MAX_LAG`` windows behind the latest (a live response that far
+behind is ended too), or whose windows' elements retention has expired (the replayed results would be wrong).
+Past the last window of an ``Rn`` ref: 204, which also tells EventSource to stop reconnecting.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from protocol.errors import BadRequest, Gone
+from sparql_ext.reporting import ReportPolicy, ReportSpec, StreamOperator
+from store.stream import Stream
+from store.windows import Sequence, WindowRevision
+
+INDEX = re.compile(r"[0-9]{1,15}")
+
+
+@dataclass(frozen=True)
+class Start:
+    """The first window index a response sends; ``seeded``: whether the stream operator's previous window is the
+    latest window evaluated before it (a resumed response) rather than none (a new one)."""
+
+    index: int
+    seeded: bool
+    parameter: str  # how the client asked for it, for error messages
+
+
+def requested_start(args: Mapping[str, str], headers: Mapping[str, str], packaging: str) -> Start | None:
+    """The resume point a request asks for, or None (a new response)."""
+    last_event = headers.get("Last-Event-ID", "").strip() if packaging == "event-stream" else ""
+    if last_event:
+        return Start(_index(last_event, "Last-Event-ID") + 1, True, f"Last-Event-ID: {last_event}")
+    after, start = args.get("after"), args.get("from")
+    if after is not None and start is not None:
+        raise BadRequest(f"after={after!r} and from={start!r}: give one (after=N resumes after window N, from=S "
+                         "starts at window S)")
+    if after is not None:
+        return Start(_index(after, "after") + 1, True, f"after={after}")
+    if start is not None:
+        return Start(_index(start, "from"), False, f"from={start}")
+    return None
+
+
+def _index(text: str, parameter: str) -> int:
+    if not INDEX.fullmatch(text.strip()):
+        raise BadRequest(f"{parameter}={text!r} is not a window index (an integer ≥ 0, as in the Window-Index "
+                         "header or the event id of a window)")
+    return int(text)
+
+
+def check_resumable(start: Start, spec: ReportSpec) -> None:
+    if ReportPolicy.CONTENT_CHANGE in spec.policies:
+        raise BadRequest(f"{start.parameter}: a report=content-change response cannot be resumed (it is evaluated "
+                         "at every element arrival, not per window); reconnect without after=/from=")
+    if ReportPolicy.PERIODIC in spec.policies:
+        raise BadRequest(f"{start.parameter}: a report=periodic:… response cannot be resumed (its due times count "
+                         "from the first window the original response evaluated); reconnect without after=/from=")
+
+
+def check_sequence(expected: str | None, sequence: Sequence) -> None:
+    if expected is not None and expected != sequence.id:
+        raise BadRequest(f"sequence={expected!r}: this ref names sequence {sequence.id!r} ({sequence.ref}) on this "
+                         "stream; the resume point belongs to another one")
+
+
+def seed_window(stream: Stream, sequence: Sequence, start: Start, spec: ReportSpec) -> WindowRevision | None:
+    """The window to evaluate (not send) before ``start``: the latest one before it that the response would have
+    fed to its Reporter; None when there is none or the operator does not look back (RStream)."""
+    if not start.seeded or spec.operator is StreamOperator.RSTREAM:
+        return None
+    keep: Callable[[WindowRevision], bool] = lambda _: True  # noqa: E731
+    if ReportPolicy.NON_EMPTY_CONTENT in spec.policies:  # windows without elements are not evaluated at all
+        keep = lambda revision: revision.count > 0  # noqa: E731
+    return stream.windows.last_before(sequence.id, start.index, keep)
+
+
+def check_available(stream: Stream, sequence: Sequence, start: Start, seed: WindowRevision | None,
+                    max_lag: int) -> None:
+    """410 when the windows from ``start`` (and its seed) cannot be replayed as they were first sent."""
+    latest = stream.windows.latest(sequence.id)
+    if latest is not None and latest.index - start.index > max_lag:
+        raise Gone(f"{start.parameter}: window {start.index} is {latest.index - start.index} windows behind the "
+                   f"latest ({latest.index}), more than the {max_lag} a response may lag: reconnect without "
+                   "after=/from= to continue live")
+    replayed = stream.windows.windows_from(sequence.id, start.index, 0)
+    for revision in ([seed] if seed is not None else []) + replayed[:1]:
+        if revision.runs and revision.runs[0][0] < stream.first_ordinal:
+            raise Gone(f"{start.parameter}: window {revision.index}'s elements (from ordinal {revision.runs[0][0]}) "
+                       f"were expired by the stream's retention (it keeps ordinals from {stream.first_ordinal}): "
+                       "reconnect without after=/from= to continue live")
+
+
+def past_the_end(start: Start, count: int | None) -> bool:
+    """Whether an ``Rn`` response resumed at ``start`` has nothing left to send (windows 0 … n-1)."""
+    return count is not None and start.index > count - 1

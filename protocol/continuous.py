@@ -313,7 +313,7 @@ def windows_body(stream: Stream, ref: WindowRef, sequence: Sequence, start: int,
                  registration: Registration, registrations: Registrations,
                  client_gone: Callable[[], bool]) -> Iterator[bytes]:
     """The body of a continuous response; its ``finally`` ends the registration (disconnect, Rn reached, error)."""
-    last = None if ref.count is None else ref.count - 1
+    last = None if ref.count is None else sequence.spec.first + ref.count - 1  # Rn: n windows from the first
     index = start
     registrations.add(registration)
     opening = packager.opening()
@@ -510,7 +510,7 @@ def continuous_response(stream: Stream, windows: str, query: str | None) -> Resp
     start = resumed or Start(first_index(ref, sequence, stream), False, "")
     if resumed is not None:
         check_resumable(resumed, spec)
-        if past_the_end(resumed, ref.count):
+        if past_the_end(resumed, ref.count, sequence.spec.first):
             return Response(status=204, headers=headers)  # nothing left; EventSource stops reconnecting
         seed = seed_window(stream, sequence, resumed, spec)
         check_available(stream, sequence, resumed, seed, MAX_LAG)

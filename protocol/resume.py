@@ -110,6 +110,7 @@ def check_available(stream: Stream, sequence: Sequence, start: Start, seed: Wind
                        "reconnect without after=/from= to continue live")
 
 
-def past_the_end(start: Start, count: int | None) -> bool:
-    """Whether an ``Rn`` response resumed at ``start`` has nothing left to send (windows 0 … n-1)."""
-    return count is not None and start.index > count - 1
+def past_the_end(start: Start, count: int | None, first: int = 0) -> bool:
+    """Whether an ``Rn`` response resumed at ``start`` has nothing left to send (windows first … first + n - 1;
+    ``first`` is 1 for repeating backward windows)."""
+    return count is not None and start.index > first + count - 1

@@ -86,6 +86,20 @@ def test_chunked_documents_and_r3_ends_after_three_windows(server: RunningServer
     assert registrations(server) == []  # R3 ended: the registration is gone
 
 
+def test_rn_of_backward_windows_sends_n_windows(server: RunningServer) -> None:
+    # Repeating backward windows are numbered from 1: (t0 + k·1 s − 1 s, t0 + k·1 s], k = 1, 2, … With t0 = the
+    # first element (a, 10:00:00): window 1 = (0 s, 1 s] {b}, window 2 = (1 s, 2 s] {c}; R2 ends after those two.
+    url = f"{server.url}/streams/backward"
+    assert requests.put(url, timeout=10).status_code == 201
+    reader = Reader(url, {"WINDOWS": "R2/HEAD/-PT1S"}, {"Accept": "application/n-quads"})
+    reader.start()
+    wait_registered(server, 1)
+    body = "".join(element(n, s) for n, s in (("a", 0), ("b", 0.5), ("c", 1.2), ("d", 2.5), ("e", 3.1)))
+    assert requests.post(url, data=body, headers=TRIG, timeout=30).ok
+    assert reader.ended.wait(60), reader.chunks
+    assert [graphs_of_nquads(chunk) for chunk in reader.chunks] == [{"<http://ex/b>"}, {"<http://ex/c>"}]
+
+
 def _multipart_parts(body: bytes, content_type: str) -> list[tuple[dict[str, str], bytes]]:
     boundary = content_type.split("boundary=")[1].encode()
     parts = []

@@ -47,11 +47,12 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import pyoxigraph as ox
 import requests
@@ -405,10 +406,24 @@ class Response:
             self.ended.set()
 
 
+@dataclass
+class ServerRun:
+    """What one replay through our server produced: the 14 responses and the window revisions it materialized."""
+
+    responses: dict[tuple[str, str], Response]
+    windows: list[dict[str, Any]]  # GET /streams/csrbench/windows → "sequences", as listed at the end
+
+
 def our_outputs(bench: Benchmark, timeout: float = 120) -> dict[tuple[str, str], Response]:
     """Start our server (Spark pipeline), open the 14 continuous responses, replay the stream, punctuate its end,
     and collect the reported relations."""
-    with running_server(["--threads", "40"]) as server:
+    return server_run(bench, timeout=timeout).responses
+
+
+def server_run(bench: Benchmark, server_args: Sequence[str] = (), timeout: float = 120) -> ServerRun:
+    """``our_outputs`` with extra server arguments (e.g. ``--spark-master spark://…``), also returning the window
+    revisions the pipeline materialized."""
+    with running_server(["--threads", "40", *server_args]) as server:
         url = f"{server.url}/streams/{STREAM}"
         created = requests.put(url, timeout=30)
         assert created.status_code == 201, created.text
@@ -437,7 +452,8 @@ def our_outputs(bench: Benchmark, timeout: float = 120) -> dict[tuple[str, str],
         for response in responses.values():
             if not response.ended.wait(max(0.0, deadline - time.monotonic())):
                 response.error = f"did not end in {timeout:g} s ({len(response.reports)} reports)"
-    return responses
+        windows = requests.get(url + "/windows", timeout=60).json()["sequences"]
+    return ServerRun(responses, windows)
 
 
 @dataclass
@@ -615,8 +631,8 @@ def main() -> None:
     print(text)
 
 
-__all__ = ["Benchmark", "CONFIGURATIONS", "Configuration", "OurVerdict", "judge", "judge_ours", "our_outputs",
-           "our_table", "table"]
+__all__ = ["Benchmark", "CONFIGURATIONS", "Configuration", "OurVerdict", "ServerRun", "judge", "judge_ours",
+           "our_outputs", "our_table", "server_run", "table"]
 
 if __name__ == "__main__":
     main()

@@ -47,7 +47,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -412,6 +412,7 @@ class ServerRun:
 
     responses: dict[tuple[str, str], Response]
     windows: list[dict[str, Any]]  # GET /streams/csrbench/windows → "sequences", as listed at the end
+    extra: Any = None  # what ``after_replay`` returned
 
 
 def our_outputs(bench: Benchmark, timeout: float = 120) -> dict[tuple[str, str], Response]:
@@ -420,13 +421,18 @@ def our_outputs(bench: Benchmark, timeout: float = 120) -> dict[tuple[str, str],
     return server_run(bench, timeout=timeout).responses
 
 
-def server_run(bench: Benchmark, server_args: Sequence[str] = (), timeout: float = 120) -> ServerRun:
+def server_run(bench: Benchmark, server_args: Sequence[str] = (), timeout: float = 120,
+               before_replay: Callable[[str], None] | None = None,
+               after_replay: Callable[[str], Any] | None = None) -> ServerRun:
     """``our_outputs`` with extra server arguments (e.g. ``--spark-master spark://…``), also returning the window
-    revisions the pipeline materialized."""
+    revisions the pipeline materialized. The hooks get the server's URL: ``before_replay`` runs once the stream
+    exists (e.g. to register rules), ``after_replay`` once every response ended (its result is ``extra``)."""
     with running_server(["--threads", "40", *server_args]) as server:
         url = f"{server.url}/streams/{STREAM}"
         created = requests.put(url, timeout=30)
         assert created.status_code == 201, created.text
+        if before_replay is not None:
+            before_replay(server.url)
         responses = {}
         for number in QUERIES:
             query = union_query(bench.query(number)[0])
@@ -453,7 +459,8 @@ def server_run(bench: Benchmark, server_args: Sequence[str] = (), timeout: float
             if not response.ended.wait(max(0.0, deadline - time.monotonic())):
                 response.error = f"did not end in {timeout:g} s ({len(response.reports)} reports)"
         windows = requests.get(url + "/windows", timeout=60).json()["sequences"]
-    return ServerRun(responses, windows)
+        extra = None if after_replay is None else after_replay(server.url)
+    return ServerRun(responses, windows, extra)
 
 
 @dataclass

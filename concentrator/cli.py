@@ -12,10 +12,20 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from concentrator.rule_tasks import PLACEMENTS
 from protocol import ServerConfig
 
 if TYPE_CHECKING:
     from flask import Flask
+
+    from concentrator.rule_tasks import Placement
+
+
+def _spark_conf(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.startswith("spark."):
+        raise argparse.ArgumentTypeError(f"{text!r}: write spark.KEY=VALUE")
+    return key, value
 
 
 def _size(text: str) -> int:
@@ -56,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="keep the history of this many latest revisions (default: all)")
     serve.add_argument("--spark-master", default="local[2]",
                        help="Spark master of the window pipeline: local[N] (embedded, default) or spark://HOST:PORT")
+    serve.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", type=_spark_conf,
+                       help="a Spark setting for the session (repeatable), e.g. spark.executor.memory=2g")
+    serve.add_argument("--rules-on", choices=PLACEMENTS, default="auto",
+                       help="where rule firings are evaluated: auto (Spark executors with a cluster master, the driver "
+                            "in local mode), driver, or executors (docs/deployment.md)")
     serve.add_argument("--rules", type=Path, default=None,
                        help="a directory of rules: NAME.rq files whose first line is '# output: <IRI-or-stream-name>'")
     serve.add_argument("--no-pipeline", action="store_true",
@@ -85,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--alias", action="append", default=[], metavar="NAME=IRI",
                         help="an IRI that names stream NAME (e.g. the stream ID the base data uses); repeatable")
     replay.add_argument("--spark-master", default="local[2]")
+    replay.add_argument("--rules-on", choices=PLACEMENTS, default="auto", help="as for serve")
     return parser
 
 
@@ -101,7 +117,7 @@ def run_replay(args: argparse.Namespace) -> int:
         aliases.setdefault(name, []).append(iri)
     try:
         summary = replay(args.files, args.rules, args.out, base_data=args.base, aliases=aliases,
-                         spark_master=args.spark_master)
+                         spark_master=args.spark_master, rules_on=args.rules_on)
     except (OSError, ValueError, TimeoutError, StoreError) as error:
         print(f"concentrator replay: {error}", file=sys.stderr)
         return 1
@@ -132,10 +148,11 @@ def tail(args: argparse.Namespace) -> int:
 
 
 def build_app(config: ServerConfig, spark_master: str | None, rules_dir: Path | None = None,
-              base_url: str = "") -> Flask:
+              base_url: str = "", rules_on: Placement = "auto", spark_conf: dict[str, str] | None = None) -> Flask:
     """The server's parts: the dataset, the streams, the window pipeline (on Spark), the HTTP app."""
     import requests
 
+    from concentrator.rule_tasks import ExecutorPool
     from concentrator.rules import RuleRunner
     from protocol import create_app
     from store import RevisionedDataset
@@ -151,16 +168,19 @@ def build_app(config: ServerConfig, spark_master: str | None, rules_dir: Path | 
     if rules_dir is not None:
         for error in registry.load_directory(rules_dir, base_url):
             print(f"concentrator: rule not loaded: {error}", file=sys.stderr)
-    runner = RuleRunner(registry, evaluator)
-    caught_up = runner.catch_up()  # windows committed before a crash that their rules had not fired on
-    if caught_up:
-        print(f"concentrator: fired rules on {caught_up} window(s) committed before the last stop", file=sys.stderr)
-    pipeline_status = None
+    pipeline = None
     if spark_master is not None:
         from concentrator.pipeline import WindowPipeline
         from concentrator.spark import SparkSettings
 
-        pipeline = WindowPipeline(catalog, config.data_dir, SparkSettings(master=spark_master))
+        pipeline = WindowPipeline(catalog, config.data_dir, SparkSettings(master=spark_master, conf=spark_conf or {}))
+    runner = RuleRunner(registry, evaluator, placement=rules_on, spark_master=spark_master or "",
+                        pool=None if pipeline is None else ExecutorPool(lambda: pipeline.spark))
+    caught_up = runner.catch_up()  # windows committed before a crash that their rules had not fired on
+    if caught_up:
+        print(f"concentrator: fired rules on {caught_up} window(s) committed before the last stop", file=sys.stderr)
+    pipeline_status = None
+    if pipeline is not None:
         pipeline.on_windows.append(runner.on_windows)
         pipeline.start_in_background()  # Spark takes seconds to start; requests are answered meanwhile
         atexit.register(pipeline.stop, stop_session=True)
@@ -184,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
                               service_allow=service_allowlist(args.service_allow, args.host, args.port))
         master = None if args.no_pipeline else args.spark_master
         serve(config, args.host, args.port, args.threads, make_app=partial(
-            build_app, spark_master=master, rules_dir=args.rules, base_url=f"http://{args.host}:{args.port}"))
+            build_app, spark_master=master, rules_dir=args.rules, base_url=f"http://{args.host}:{args.port}",
+            rules_on=args.rules_on, spark_conf=dict(args.spark_conf)))
     elif args.command == "tail":
         return tail(args)
     elif args.command == "replay":

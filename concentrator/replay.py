@@ -18,11 +18,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyoxigraph import RdfFormat, serialize
 
 from store.elements import ElementFramer, ParsedElement
 from store.stream import now_micros
+
+if TYPE_CHECKING:
+    from concentrator.rule_tasks import Placement
 
 BASE = "http://replay.invalid"  # the replay's base URL: rules' <streams/NAME?…> resolve to its streams
 QUIET_SECONDS = 3.0
@@ -47,8 +51,9 @@ def _elements(path: Path, stream: str, predicate: str) -> Iterator[tuple[int, st
 
 def replay(files: list[Path], rules_dir: Path, out: Path, *, base_data: Path | None = None,
            aliases: dict[str, list[str]] | None = None, spark_master: str = "local[2]",
-           progress: bool = True, timeout: float = 600.0) -> ReplaySummary:
+           rules_on: Placement = "auto", progress: bool = True, timeout: float = 600.0) -> ReplaySummary:
     from concentrator.pipeline import WindowPipeline
+    from concentrator.rule_tasks import ExecutorPool
     from concentrator.rules import RuleRunner
     from concentrator.spark import SparkSettings
     from store import RevisionedDataset
@@ -73,8 +78,9 @@ def replay(files: list[Path], rules_dir: Path, out: Path, *, base_data: Path | N
         errors = registry.load_directory(rules_dir, BASE)
         if errors:
             raise ValueError("rules not loaded:\n" + "\n".join(errors))
-        runner = RuleRunner(registry, evaluator)
         pipeline = WindowPipeline(catalog, data, SparkSettings(master=spark_master))
+        runner = RuleRunner(registry, evaluator, placement=rules_on, spark_master=spark_master,
+                            pool=ExecutorPool(lambda: pipeline.spark))
         pipeline.on_windows.append(runner.on_windows)
         pipeline.start_in_background()
         try:

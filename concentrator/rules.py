@@ -26,6 +26,15 @@ from typing import Any
 
 from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad
 
+from concentrator.rule_tasks import (
+    ExecutorPool,
+    Placement,
+    RuleTask,
+    TaskResult,
+    ineligible_reason,
+    placement_of,
+    window_data,
+)
 from sparql_ext.reporting import Reporter
 from store.elements import PROV_GENERATED_AT_TIME, ParsedElement, parse_timestamp
 from store.errors import WindowNotComplete
@@ -39,18 +48,75 @@ log = logging.getLogger(__name__)
 
 
 class RuleRunner:
-    def __init__(self, registry: RuleRegistry, evaluator: ExtendedEvaluator) -> None:
+    def __init__(self, registry: RuleRegistry, evaluator: ExtendedEvaluator, *, placement: Placement = "driver",
+                 spark_master: str = "local", pool: ExecutorPool | None = None) -> None:
         self.registry = registry
         self.evaluator = evaluator
+        self.placement = placement
+        self.spark_master = spark_master
+        self.pool = pool  # evaluates eligible firings in Spark executors (concentrator/rule_tasks.py)
         self._lock = threading.Lock()  # one firing at a time: output times stay ordered
         # per (rule, its report settings, input stream and sequence): the reporter, which keeps the last firing
         self._reporters: dict[tuple[str, ...], Reporter] = {}
+        self._placements: dict[tuple[str, str], str] = {}  # (rule name, text) -> "executors" | "driver: why"
 
     def on_windows(self, stream: Stream, revisions: list[WindowRevision]) -> None:
-        for revision in revisions:
-            for rule in self.registry.reading(stream.config.name, revision.sequence):
-                if revision.index > rule.fired.get(f"{stream.config.name}/{revision.sequence}", -1):
-                    self.fire(rule, stream, revision)
+        firings = [(rule, revision) for revision in revisions
+                   for rule in self.registry.reading(stream.config.name, revision.sequence)
+                   if revision.index > rule.fired.get(f"{stream.config.name}/{revision.sequence}", -1)]
+        remote = self._evaluate_in_executors(stream, firings)
+        for position, (rule, revision) in enumerate(firings):
+            self.fire(rule, stream, revision, remote.get(position))
+
+    def placement_of(self, rule: Rule) -> str:
+        """Where ``rule`` is evaluated: "executors", or "driver: why" (decided once per rule text)."""
+        key = (rule.name, rule.text)
+        if key not in self._placements:
+            reason = "no Spark pipeline" if self.pool is None else ineligible_reason(
+                rule.text, rule.base, self.evaluator.with_local_bases([rule.base]))
+            self._placements[key] = placement_of(self.placement, self.spark_master, reason)
+        return self._placements[key]
+
+    def _evaluate_in_executors(self, stream: Stream, firings: list[tuple[Rule, WindowRevision]]
+                               ) -> dict[int, TaskResult]:
+        """The batch's firings of rules placed in executors, evaluated there in one Spark job (by position). A firing
+        whose windows cannot be copied (e.g. another input without a complete window) is left to ``fire``."""
+        if self.pool is None or not self.pool.ready:
+            return {}
+        wanted = [(position, rule, revision) for position, (rule, revision) in enumerate(firings)
+                  if self.placement_of(rule) == "executors"]
+        if not wanted:
+            return {}
+        static = self.pool.static(self.evaluator)
+        if static is None:
+            return {}  # the dataset is too large to broadcast
+        tasks = []
+        for position, rule, revision in wanted:
+            try:
+                windows = window_data(rule.text, rule.base, self._evaluator_for(rule, stream, revision))
+            except Exception:  # noqa: BLE001 - the driver's evaluation reports it the usual way
+                continue
+            tasks.append(RuleTask(position, rule.text, rule.base, windows))
+        if not tasks:
+            return {}
+        try:
+            results = self.pool.run(tasks, static)
+        except Exception as error:  # noqa: BLE001 - a failed job: the driver evaluates these firings instead
+            message = str(error).strip().splitlines()[-1] if str(error).strip() else repr(error)
+            log.warning("rule firings in Spark executors failed, evaluated in the driver instead: %s", message)
+            for _, rule, _ in wanted:
+                note = f"{format_micros(now_micros())} executors failed ({message}); evaluated in the driver"
+                rule.status.log = [*rule.status.log, note][-LOG_KEEP:]
+            return {}
+        return {result.position: result for result in results}
+
+    def _evaluator_for(self, rule: Rule, stream: Stream, revision: WindowRevision) -> ExtendedEvaluator:
+        """The evaluator of one firing: the firing sequence's windowed IRIs pinned to the window that completed."""
+        sequence = stream.windows.sequence(revision.sequence)
+        kind = sequence.spec.kind if sequence is not None else "time"
+        pins = {(i.stream, i.ref): revision_window(kind, revision)
+                for i in rule.inputs if i.stream == stream.config.name and i.sequence == revision.sequence}
+        return self.evaluator.for_rule([rule.base], pins)
 
     def catch_up(self) -> int:
         """Fire every rule on the committed windows of its inputs it has not fired on (a crash between a window's
@@ -82,8 +148,9 @@ class RuleRunner:
         reporter = self._reporters.setdefault(key, Reporter(rule.report_spec))
         return type(result)(reporter.report(revision.end, list(result), revision.count) or [])
 
-    def fire(self, rule: Rule, stream: Stream, revision: WindowRevision) -> int:
-        """Evaluate ``rule`` over the window that completed; returns the output elements appended."""
+    def fire(self, rule: Rule, stream: Stream, revision: WindowRevision, evaluated: TaskResult | None = None) -> int:
+        """Evaluate ``rule`` over the window that completed (or take what an executor ``evaluated``); returns the
+        output elements appended."""
         sequence = stream.windows.sequence(revision.sequence)
         kind = sequence.spec.kind if sequence is not None else "time"
         where = f"{stream.config.name} window {revision.index} ({_bound(kind, revision.start)}, " \
@@ -91,10 +158,11 @@ class RuleRunner:
         started = time.monotonic()
         with self._lock:
             try:
-                pins = {(i.stream, i.ref): revision_window(kind, revision)
-                        for i in rule.inputs if i.stream == stream.config.name and i.sequence == revision.sequence}
-                evaluator = self.evaluator.for_rule([rule.base], pins)
-                result = evaluator.query(rule.text, QueryTarget(base_iri=rule.base))
+                if evaluated is not None:
+                    result = evaluated.construction()
+                else:
+                    evaluator = self._evaluator_for(rule, stream, revision)
+                    result = evaluator.query(rule.text, QueryTarget(base_iri=rule.base))
                 end = _window_time(stream, kind, revision)
                 elements = _elements(self._reported(rule, stream, revision, result), end)
                 output = self.registry.catalog.get(rule.output)
@@ -128,6 +196,9 @@ class RuleRunner:
                 return 0
         status = rule.status
         status.firings += 1
+        if evaluated is not None:
+            status.executor_firings += 1
+        status.placement = self.placement_of(rule)
         self._mark_fired(rule, stream, revision)
         status.outputs += len(elements)
         status.last_latency_ms = round((time.monotonic() - started) * 1000, 3)

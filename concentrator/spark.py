@@ -10,7 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
+import zipfile
 from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
@@ -51,11 +55,23 @@ class SparkSettings:
     shuffle_partitions: int = 2
 
 
-def _ensure_env() -> None:
-    """Python workers must run this interpreter (the venv), and Spark must not pick a public interface."""
+def _ensure_env(master: str) -> None:
+    """Python workers run this interpreter (the venv) unless ``PYSPARK_PYTHON`` says otherwise. In local mode and
+    with a master on this machine's loopback, Spark must not pick a public interface; with a remote master the
+    driver must be reachable by the executors, so Spark picks the address (or ``SPARK_LOCAL_IP`` /
+    ``spark.driver.host`` tell it: docs/deployment.md)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if is_on_this_machine(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def is_on_this_machine(master: str) -> bool:
+    """``local[…]``, or a ``spark://`` master on a loopback address."""
+    if master.startswith("local"):
+        return True
+    host = urlsplit(master).hostname or ""
+    return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
 def spark_session(settings: SparkSettings | None = None) -> SparkSession:
@@ -65,14 +81,34 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
     session then stay as they were, while runtime SQL settings given here are applied to it.
     """
     settings = settings or SparkSettings()
-    _ensure_env()
+    _ensure_env(settings.master)
     conf = {**BASE_CONF, "spark.sql.shuffle.partitions": str(settings.shuffle_partitions), **settings.conf}
     builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level)
+    if not settings.master.startswith("local"):
+        ship_code(spark)
     for noisy in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     log.debug("spark session %s (%s)", spark.sparkContext.applicationId, settings.master)
     return spark
+
+
+#: What executors import: the element log reader and rule evaluation, and what those import.
+SHIPPED_PACKAGES = ("concentrator", "sparql_ext", "store")
+
+
+def ship_code(spark: SparkSession) -> Path:
+    """Send this server's own packages to the executors (``addPyFile``): they run the same code as the driver
+    whatever is installed on the workers, which then need only Python and the pinned dependencies."""
+    root = Path(__file__).resolve().parents[1]
+    target = Path(tempfile.mkdtemp(prefix="concentrator-code-")) / "concentrator-code.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for package in SHIPPED_PACKAGES:
+            for path in sorted((root / package).rglob("*.py")):
+                archive.write(path, path.relative_to(root).as_posix())
+    spark.sparkContext.addPyFile(str(target))
+    log.debug("shipped %s to the executors", target)
+    return target

@@ -47,11 +47,12 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import pyoxigraph as ox
 import requests
@@ -405,13 +406,33 @@ class Response:
             self.ended.set()
 
 
+@dataclass
+class ServerRun:
+    """What one replay through our server produced: the 14 responses and the window revisions it materialized."""
+
+    responses: dict[tuple[str, str], Response]
+    windows: list[dict[str, Any]]  # GET /streams/csrbench/windows → "sequences", as listed at the end
+    extra: Any = None  # what ``after_replay`` returned
+
+
 def our_outputs(bench: Benchmark, timeout: float = 120) -> dict[tuple[str, str], Response]:
     """Start our server (Spark pipeline), open the 14 continuous responses, replay the stream, punctuate its end,
     and collect the reported relations."""
-    with running_server(["--threads", "40"]) as server:
+    return server_run(bench, timeout=timeout).responses
+
+
+def server_run(bench: Benchmark, server_args: Sequence[str] = (), timeout: float = 120,
+               before_replay: Callable[[str], None] | None = None,
+               after_replay: Callable[[str], Any] | None = None) -> ServerRun:
+    """``our_outputs`` with extra server arguments (e.g. ``--spark-master spark://…``), also returning the window
+    revisions the pipeline materialized. The hooks get the server's URL: ``before_replay`` runs once the stream
+    exists (e.g. to register rules), ``after_replay`` once every response ended (its result is ``extra``)."""
+    with running_server(["--threads", "40", *server_args]) as server:
         url = f"{server.url}/streams/{STREAM}"
         created = requests.put(url, timeout=30)
         assert created.status_code == 201, created.text
+        if before_replay is not None:
+            before_replay(server.url)
         responses = {}
         for number in QUERIES:
             query = union_query(bench.query(number)[0])
@@ -437,7 +458,9 @@ def our_outputs(bench: Benchmark, timeout: float = 120) -> dict[tuple[str, str],
         for response in responses.values():
             if not response.ended.wait(max(0.0, deadline - time.monotonic())):
                 response.error = f"did not end in {timeout:g} s ({len(response.reports)} reports)"
-    return responses
+        windows = requests.get(url + "/windows", timeout=60).json()["sequences"]
+        extra = None if after_replay is None else after_replay(server.url)
+    return ServerRun(responses, windows, extra)
 
 
 @dataclass
@@ -615,8 +638,8 @@ def main() -> None:
     print(text)
 
 
-__all__ = ["Benchmark", "CONFIGURATIONS", "Configuration", "OurVerdict", "judge", "judge_ours", "our_outputs",
-           "our_table", "table"]
+__all__ = ["Benchmark", "CONFIGURATIONS", "Configuration", "OurVerdict", "ServerRun", "judge", "judge_ours",
+           "our_outputs", "our_table", "server_run", "table"]
 
 if __name__ == "__main__":
     main()

@@ -34,7 +34,7 @@ def rule_json(rule: Rule) -> dict[str, object]:
             "report": ",".join(sorted(p.value for p in rule.report_spec.policies)),
             "operator": rule.report_spec.operator.value,
             "firings": status.firings, "outputs": status.outputs, "failures": status.failures,
-            "waiting": status.waiting,
+            "waiting": status.waiting, "placement": status.placement, "executor_firings": status.executor_firings,
             "last_latency_ms": status.last_latency_ms, "last_error": status.last_error,
             "last_window": status.last_window, "log": status.log}
 

@@ -125,11 +125,15 @@ Mapper = Callable[[int], int]  # an offset in some rewritten text -> an offset i
 class ExtendedEvaluator:
     """Evaluates extended queries over the server's dataset and streams (see the module docstring)."""
 
-    def __init__(self, dataset: RevisionedDataset, catalog: StreamCatalog, local_bases: list[str],
+    def __init__(self, dataset: RevisionedDataset, catalog: StreamCatalog | None, local_bases: list[str],
                  http: HttpSession | None = None, *, window_timeout: float = 30.0,
                  http_timeout: float = 60.0, pins: dict[tuple[str, str], SelectedWindow] | None = None,
-                 cache: StaticResults[Solutions] | None = None, allow_hosts: frozenset[str] | None = None) -> None:
+                 cache: StaticResults[Solutions] | None = None, allow_hosts: frozenset[str] | None = None,
+                 preloaded: dict[str, QueryTarget] | None = None) -> None:
         self.dataset = dataset
+        # SERVICE IRI -> the dataset it names, copied in already (a rule evaluated in a Spark executor, which has
+        # the window's quads but no catalog: concentrator/rule_tasks.py)
+        self.preloaded = preloaded or {}
         # hosts ("host" or "host:port") SERVICE may reach over HTTP; None: any (this server is in-process anyway)
         self.allow_hosts = allow_hosts
         self.cache: StaticResults[Solutions] = cache if cache is not None else StaticResults()
@@ -309,6 +313,8 @@ class ExtendedEvaluator:
 
     def local_stream(self, iri: str) -> tuple[str | None, str]:
         """The name of the stream of this server ``iri`` addresses (None if none) and the IRI's query string."""
+        if self.catalog is None:
+            return None, ""
         for base in self.local_bases:
             if iri.startswith(f"{base}/streams/"):
                 parts = urlsplit(iri)
@@ -319,11 +325,15 @@ class ExtendedEvaluator:
 
     def local_target(self, iri: str) -> QueryTarget | None:
         """The in-process dataset a SERVICE IRI names, or None when it is not this server's."""
+        if iri in self.preloaded:
+            return self.preloaded[iri]
         for base in self.local_bases:
             if iri == f"{base}/sparql" or iri.startswith(f"{base}/sparql?"):
                 return self._pinned(QueryTarget(base_iri=iri))
         name, query_string = self.local_stream(iri)
-        return None if name is None else self._windowed(self.catalog.get(name), query_string, iri)
+        if name is None or self.catalog is None:
+            return None
+        return self._windowed(self.catalog.get(name), query_string, iri)
 
     def _windowed(self, stream: Stream, query_string: str, iri: str) -> QueryTarget:
         windows = windowed_params(query_string).windows

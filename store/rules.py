@@ -72,6 +72,8 @@ class RuleStatus:
     outputs: int = 0  # elements appended to the output stream
     failures: int = 0
     waiting: int = 0  # firings skipped because another input had no complete window yet
+    executor_firings: int = 0  # firings evaluated in Spark executors (concentrator/rule_tasks.py)
+    placement: str | None = None  # "executors" or "driver: why" (set at the first firing)
     last_latency_ms: float | None = None
     last_error: str | None = None
     last_window: str | None = None

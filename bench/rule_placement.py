@@ -1,0 +1,174 @@
+"""Rule firings in the driver vs in Spark executors (concentrator/rule_tasks.py): what ``--rules-on`` trades.
+
+One in-memory server app (no HTTP, no pipeline): a stream of ``--windows`` × ``--window`` heart-rate readings and
+static data (a threshold per patient); a rule joins each window with the static data and aggregates it (the shape of
+the connected-patient alert, executor-eligible). Each window is one firing, pinned as the pipeline pins it.
+
+- **driver** (the baseline): ``ExtendedEvaluator.for_rule(…).query(rule)`` per firing, one after the other, in this
+  process — what ``RuleRunner.fire`` does in local mode.
+- **executors**: the same firings as batches of ``--batch`` firings (a pipeline batch in which that many windows
+  completed, e.g. many streams or rules): the driver copies each window as N-Quads (``window_data``), the static
+  data is broadcast once, and ``ExecutorPool.run`` evaluates the batch as one Spark job on ``--spark-master``
+  (``local[2]`` by default; ``--cluster`` starts a standalone master and two workers on 127.0.0.1).
+
+Both must construct the same triples. Prints a table (firings/s, ratio to the driver) and the per-batch split
+(window copies in the driver vs the Spark job), and writes ``bench/results/rule_placement.json``.
+
+    python -m bench.rule_placement [--windows 64 --window 300 --batch 16] [--cluster]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from flask import Flask
+
+from bench.harness import Measurement, print_table, write_json
+from concentrator.rule_tasks import ExecutorPool, RuleTask, ineligible_reason, window_data
+from concentrator.spark import SparkSettings, spark_session
+from conformance.spark_cluster import standalone_cluster
+from protocol import ServerConfig, create_app
+from store.evaluation import ExtendedEvaluator, QueryTarget
+from store.selection import SelectedWindow
+
+HOST = "http://localhost"
+PROV = "http://www.w3.org/ns/prov#generatedAtTime"
+XSD = "http://www.w3.org/2001/XMLSchema#"
+WINDOWED = f"{HOST}/streams/hr?WINDOWS=R/HEAD/PT5M"
+RULE = f"""PREFIX ex: <http://ex/>
+CONSTRUCT {{ ?patient ex:alert ?avg ; ex:threshold ?limit }}
+WHERE {{
+  ?patient ex:threshold ?limit .
+  {{ SELECT ?patient (AVG(?hr) AS ?avg) (COUNT(?o) AS ?n) WHERE {{
+      SERVICE <{WINDOWED}> {{ SELECT ?patient ?o ?hr WHERE {{ GRAPH ?g {{ ?o ex:patient ?patient ; ex:hr ?hr }} }} }}
+  }} GROUP BY ?patient }}
+  FILTER(?avg > ?limit)
+}}"""
+PATIENTS = 10
+
+
+def build_app(directory: Path, windows: int, size: int) -> Flask:
+    """Static thresholds and ``windows`` × ``size`` readings (one per second; patient i's heart rate climbs with
+    the window number, so about half the windows alert)."""
+    app = create_app(ServerConfig(directory, in_memory=True))
+    client = app.test_client()
+    static = " ".join(f"<http://ex/p{i}> <http://ex/threshold> {100 + i} ." for i in range(PATIENTS))
+    assert client.post("/sparql", data=f"INSERT DATA {{ {static} }}",
+                       headers={"Content-Type": "application/sparql-update"}).status_code == 204
+    assert client.put("/streams/hr").status_code == 201
+    for w in range(windows):
+        body = []
+        for j in range(size):
+            second = w * size + j
+            stamp = f"2016-06-20T{10 + second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}Z"
+            body.append(f'<http://ex/e{second}> <{PROV}> "{stamp}"^^<{XSD}dateTime> .\n'
+                        f'<http://ex/e{second}> {{ <http://ex/o{second}> <http://ex/patient> '
+                        f'<http://ex/p{j % PATIENTS}> ; <http://ex/hr> {80 + w + j % 40} . }}\n')
+        r = client.post("/streams/hr", data="".join(body), headers={"Content-Type": "application/trig"})
+        assert r.status_code == 200, r.text
+    return app
+
+
+def firing(app: Flask, w: int, size: int) -> ExtendedEvaluator:
+    evaluator: ExtendedEvaluator = app.extensions["evaluator"].with_local_bases([HOST])
+    ordinals = list(range(w * size + 1, (w + 1) * size + 1))
+    return evaluator.for_rule([HOST], {("hr", "R/HEAD/PT5M"): SelectedWindow(ordinals, commit=w)})
+
+
+def drop_copies(app: Flask) -> None:
+    """Each firing pays for copying its window (the stream keeps the latest few copies)."""
+    app.extensions["streams"].get("hr")._window_stores.clear()
+
+
+def run_driver(app: Flask, windows: int, size: int) -> tuple[float, list[str]]:
+    drop_copies(app)
+    outputs = []
+    start = time.perf_counter()
+    for w in range(windows):
+        result = firing(app, w, size).query(RULE, QueryTarget(base_iri=HOST))
+        outputs.append(" ".join(sorted(map(str, result))))
+    return time.perf_counter() - start, outputs
+
+
+def run_executors(app: Flask, pool: ExecutorPool, windows: int, size: int, batch: int
+                  ) -> tuple[float, list[str], list[dict[str, float]]]:
+    drop_copies(app)
+    outputs: list[str] = []
+    splits = []
+    start = time.perf_counter()
+    static = pool.static(firing(app, 0, size))
+    for first in range(0, windows, batch):
+        began = time.perf_counter()
+        tasks = [RuleTask(w, RULE, HOST, window_data(RULE, HOST, firing(app, w, size)))
+                 for w in range(first, min(first + batch, windows))]
+        copied = time.perf_counter()
+        results = sorted(pool.run(tasks, static), key=lambda r: r.position)
+        splits.append({"copy_s": copied - began, "job_s": time.perf_counter() - copied})
+        outputs.extend(" ".join(sorted(map(str, r.construction()))) for r in results)
+    return time.perf_counter() - start, outputs, splits
+
+
+@contextlib.contextmanager
+def master(args: argparse.Namespace) -> Iterator[str]:
+    if not args.cluster:
+        yield args.spark_master
+        return
+    with standalone_cluster(workers=2, cores=1, memory="1g") as cluster:
+        yield cluster.master_url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--windows", type=int, default=64)
+    parser.add_argument("--window", type=int, default=300, help="readings per window")
+    parser.add_argument("--batch", type=int, default=16, help="firings per Spark job")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--spark-master", default="local[2]")
+    parser.add_argument("--cluster", action="store_true", help="start a standalone master and two workers")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, master(args) as spark_master:
+        app = build_app(Path(tmp) / "data", args.windows, args.window)
+        assert ineligible_reason(RULE, HOST, firing(app, 0, args.window)) is None
+        spark = spark_session(SparkSettings(master=spark_master))
+        pool = ExecutorPool(lambda: spark)
+        run_executors(app, pool, args.batch, args.window, args.batch)  # warm-up: Python workers, broadcast
+        driver_times, executor_times, all_splits = [], [], []
+        for _ in range(args.rounds):
+            seconds, expected = run_driver(app, args.windows, args.window)
+            driver_times.append(seconds)
+            seconds, outputs, splits = run_executors(app, pool, args.windows, args.window, args.batch)
+            executor_times.append(seconds)
+            all_splits.extend(splits)
+            assert outputs == expected, "executors constructed something else than the driver"
+        alerts = sum(1 for o in expected if o)
+        spark.stop()
+    measurements = [Measurement("driver (in process, one by one)", statistics.median(driver_times), args.windows,
+                                "firings"),
+                    Measurement(f"executors ({spark_master}, {args.batch} per job)",
+                                statistics.median(executor_times), args.windows, "firings")]
+    print_table(f"Rule firings: {args.windows} windows of {args.window} readings, {alerts} alerting "
+                f"(median of {args.rounds})", measurements, measurements[0].name)
+    copy = statistics.median(s["copy_s"] for s in all_splits)
+    job = statistics.median(s["job_s"] for s in all_splits)
+    print(f"\nper batch of {args.batch}: window copies in the driver {copy * 1000:.1f} ms, "
+          f"Spark job {job * 1000:.1f} ms")
+    payload: dict[str, Any] = {
+        "config": {**vars(args), "spark_master": spark_master},
+        "measurements": [m.to_dict() for m in measurements],
+        "ratio_executors_to_driver": measurements[1].rate / measurements[0].rate,
+        "per_batch_ms": {"copy": round(copy * 1000, 1), "job": round(job * 1000, 1)},
+        "alerting_windows": alerts,
+    }
+    name = "rule_placement_cluster" if args.cluster else "rule_placement"
+    print(f"wrote {write_json(name, payload)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""Rule firings evaluated in Spark executors (pyoxigraph per task) instead of the driver.
+
+A firing whose inputs are all *window data* can be evaluated anywhere: the driver copies each window the rule
+reads (``SERVICE <…/streams/NAME?WINDOWS=…>``) as N-Quads into a ``RuleTask``, the dataset at HEAD travels
+once per dataset revision as a Spark broadcast (the rule's *static data*), and an executor rebuilds both as
+in-memory pyoxigraph stores and runs the same ``ExtendedEvaluator`` over them. What the executor returns (the
+constructed quads or triples, as N-Quads) is appended by the driver exactly as a driver firing's output
+(report policy, stream operator, idempotent origins: concentrator/rules.py).
+
+**Eligible** (``ineligible_reason`` returns None): every extension part is a ``SERVICE`` to a constant IRI of
+one of this server's streams (windowed or whole), without nested parts, and the dataset is at most
+``STATIC_QUADS_LIMIT`` quads. ``SERVICE ?var`` (its targets are discovered from the dataset per firing),
+``REVISION`` / ``WINDOWS`` clauses and ``SERVICE`` to other endpoints stay in the driver.
+
+**Placement** (``serve --rules-on``): ``auto`` (the default) sends eligible rules to executors when the Spark
+master is a cluster and keeps everything in the driver in local mode, where a Spark job per batch (≈ 50–100 ms)
+costs more than evaluating small windows in place; ``executors`` sends eligible rules to executors in any mode
+(several cores evaluate one batch's firings in parallel); ``driver`` never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pyoxigraph import RdfFormat, Store, parse, serialize
+
+from sparql_ext import ExtendedQuery
+from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget, checked_query
+
+Placement = Literal["auto", "driver", "executors"]
+PLACEMENTS: tuple[str, ...] = ("auto", "driver", "executors")
+#: Larger datasets are not broadcast: rules reading them are evaluated in the driver.
+STATIC_QUADS_LIMIT = 500_000
+
+
+@dataclass(frozen=True)
+class WindowData:
+    """One dataset a rule's SERVICE names, copied for an executor."""
+
+    nquads: bytes
+    then_time: int | None  # µs: THEN() inside the part (the window revision's commit time)
+
+
+@dataclass(frozen=True)
+class StaticData:
+    """The dataset at one revision, as the executors see it (broadcast once per revision)."""
+
+    revision: int
+    committed_at: int  # µs: THEN() at the rule's top level
+    nquads: bytes
+
+
+@dataclass(frozen=True)
+class RuleTask:
+    """One firing to evaluate in an executor."""
+
+    position: int  # in the batch's firing order (the driver commits outputs in that order)
+    text: str
+    base: str
+    windows: dict[str, WindowData]  # SERVICE IRI as written in the rule → its dataset
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    position: int
+    kind: str  # "quads" | "triples" | "error"
+    payload: bytes  # N-Quads (quads, triples in the default graph) or the error message
+
+    def construction(self) -> ConstructedQuads | ConstructedTriples:
+        """What the rule constructed, as a driver evaluation returns it; an executor's error is raised again."""
+        if self.kind == "error":
+            raise ExecutorRuleFailed(self.payload.decode("utf-8"))
+        quads = list(parse(self.payload, format=RdfFormat.N_QUADS))
+        if self.kind == "quads":
+            return ConstructedQuads(quads)
+        return ConstructedTriples(quad.triple for quad in quads)
+
+
+class ExecutorRuleFailed(RuntimeError):
+    """A rule's evaluation failed in an executor (the message is the executor's error)."""
+
+
+# -- which rules can go ----------------------------------------------------------------------------------------
+
+def ineligible_reason(text: str, base: str, evaluator: ExtendedEvaluator) -> str | None:
+    """Why a rule must be evaluated in the driver, or None when its windows and static data can travel."""
+    for part in checked_query(text, base).parts:
+        if part.kind != "service":
+            return f"{part.kind.upper()} clause (reads a stream's or the dataset's history)"
+        if part.target_is_variable:
+            return f"SERVICE {part.target} (its targets are discovered from the dataset at each firing)"
+        if isinstance(part.inner, ExtendedQuery):
+            return f"SERVICE <{part.target}> has extension clauses inside"
+        if evaluator.local_stream(part.target)[0] is None:
+            return f"SERVICE <{part.target}> is not one of this server's streams"
+    return None
+
+
+def placement_of(mode: Placement, spark_master: str, reason: str | None) -> str:
+    """Where a rule is evaluated: "executors" or "driver: why"."""
+    if reason is not None:
+        return f"driver: {reason}"
+    if mode == "driver":
+        return "driver: --rules-on driver"
+    if mode == "auto" and spark_master.startswith("local"):
+        return "driver: local Spark (--rules-on executors to use its workers)"
+    return "executors"
+
+
+# -- the driver side ---------------------------------------------------------------------------------------------
+
+def window_data(text: str, base: str, evaluator: ExtendedEvaluator) -> dict[str, WindowData]:
+    """The windows a firing reads (``evaluator`` pinned to the firing window), copied as N-Quads. Raises what the
+    driver's evaluation would (e.g. ``WindowNotComplete`` for an input with no complete window yet)."""
+    copied: dict[str, WindowData] = {}
+    for part in checked_query(text, base).parts:
+        if part.target in copied:
+            continue
+        target = evaluator.local_target(part.target)
+        assert target is not None and target.store is not None, part.target  # eligible: one of our streams
+        copied[part.target] = WindowData(target.store.dump(format=RdfFormat.N_QUADS), target.then_time)
+    return copied
+
+
+def static_data(evaluator: ExtendedEvaluator) -> StaticData | None:
+    """The dataset at HEAD, or None when it is too large to broadcast."""
+    dataset = evaluator.dataset
+    head = dataset.head
+    revision = dataset.revision(head)
+    committed = 0 if revision is None else int(revision.committed_at.timestamp() * 1_000_000)
+    with dataset.reading(head) as store:
+        if len(store) > STATIC_QUADS_LIMIT:
+            return None
+        return StaticData(head, committed, store.dump(format=RdfFormat.N_QUADS))
+
+
+class ExecutorPool:
+    """Runs one batch's rule tasks as one Spark job; the static data is broadcast once per dataset revision."""
+
+    def __init__(self, spark: Callable[[], Any]) -> None:
+        self._spark = spark  # the pipeline's SparkSession once it runs (None before)
+        self._broadcast: tuple[int, Any] | None = None  # (dataset revision, Broadcast[StaticData] or None)
+
+    @property
+    def ready(self) -> bool:
+        return self._spark() is not None
+
+    def static(self, evaluator: ExtendedEvaluator) -> Any | None:
+        """The broadcast of the dataset at HEAD (made when HEAD moved), or None when it is too large."""
+        head = evaluator.dataset.head
+        if self._broadcast is None or self._broadcast[0] != head:
+            if self._broadcast is not None and self._broadcast[1] is not None:
+                self._broadcast[1].unpersist()
+            data = static_data(evaluator)
+            shared = None if data is None else self._spark().sparkContext.broadcast(data)
+            self._broadcast = (head, shared)
+        return self._broadcast[1]
+
+    def run(self, tasks: list[RuleTask], static: Any) -> list[TaskResult]:
+        """Evaluate ``tasks`` in executors (one Spark job, as many slices as the cluster has cores)."""
+        context = self._spark().sparkContext
+        slices = max(1, min(len(tasks), context.defaultParallelism))
+        return context.parallelize(tasks, slices).map(lambda task: evaluate(task, static.value)).collect()
+
+
+# -- the executor side -------------------------------------------------------------------------------------------
+
+class SnapshotDataset:
+    """The parts of ``RevisionedDataset`` an evaluation reads, over one revision copied in."""
+
+    def __init__(self, static: StaticData) -> None:
+        self.head = static.revision
+        self._store = Store()
+        self._store.load(static.nquads, format=RdfFormat.N_QUADS)
+        self._committed = _Committed(datetime.fromtimestamp(static.committed_at / 1_000_000, UTC))
+
+    def revision(self, ordinal: int) -> _Committed | None:
+        return self._committed if ordinal == self.head else None
+
+    def resolve(self, designator: str | None) -> int | None:
+        return self.head
+
+    @contextmanager
+    def reading(self, ordinal: int | None = None) -> Any:
+        yield self._store
+
+
+@dataclass(frozen=True)
+class _Committed:
+    committed_at: datetime
+
+
+_snapshot: SnapshotDataset | None = None  # per Python worker (reused across tasks): rebuilt when the revision moves
+
+
+def _dataset(static: StaticData) -> SnapshotDataset:
+    global _snapshot
+    if _snapshot is None or _snapshot.head != static.revision:
+        _snapshot = SnapshotDataset(static)
+    return _snapshot
+
+
+def evaluate(task: RuleTask, static: StaticData) -> TaskResult:
+    """Evaluate one firing over the copied windows and the static data (runs in an executor)."""
+    try:
+        windows = {}
+        for iri, data in task.windows.items():
+            store = Store()
+            store.load(data.nquads, format=RdfFormat.N_QUADS)
+            windows[iri] = QueryTarget(store, None, None, data.then_time, iri)
+        evaluator = ExtendedEvaluator(_dataset(static), None, [task.base], None, preloaded=windows)  # type: ignore[arg-type]
+        result = evaluator.query(task.text, QueryTarget(base_iri=task.base))
+        if isinstance(result, ConstructedQuads):
+            return TaskResult(task.position, "quads", _nquads(result))
+        if isinstance(result, ConstructedTriples):
+            return TaskResult(task.position, "triples", _nquads(result))
+        return TaskResult(task.position, "error", b"a rule must be a CONSTRUCT query")
+    except Exception as error:  # noqa: BLE001 - reported to the driver, which records it in the rule's status
+        return TaskResult(task.position, "error", f"{type(error).__name__}: {error}".encode())
+
+
+def _nquads(items: list[Any]) -> bytes:
+    """Quads as N-Quads, triples as N-Triples (which is N-Quads in the default graph)."""
+    quads = isinstance(items, ConstructedQuads)
+    return serialize(items, format=RdfFormat.N_QUADS if quads else RdfFormat.N_TRIPLES) or b""

@@ -1,0 +1,134 @@
+"""The window pipeline on a real Spark standalone cluster (a master and two workers on 127.0.0.1, started with
+pyspark's ``bin/spark-class``), by configuration alone: ``serve --spark-master spark://…``.
+
+The CSRBench replay (the 14 continuous responses of ``conformance.csrbench``) runs once in local mode and once
+through the cluster. The cluster's responses are judged by the same oracle (windows from
+``sparql_ext.windowing``, answers from pyoxigraph, worked out independently of the server), and the window
+revisions it materialized must equal local mode's, window for window. A rule over q1's 10 s windows joins each
+window with static data: on the cluster it is evaluated in the executors (``--rules-on auto``), locally in the
+driver, and both give the counts worked out from the data files (one element per second, 34 in all).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import requests
+
+from conformance.csrbench import DEFAULT_CSRBENCH, Benchmark, ServerRun, judge_ours, server_run
+from conformance.spark_cluster import StandaloneCluster, standalone_cluster
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (DEFAULT_CSRBENCH / "data").exists(), reason="CSRBench data not found")]
+
+
+@pytest.fixture(scope="module")
+def bench() -> Benchmark:
+    return Benchmark()
+
+
+@pytest.fixture(scope="module")
+def runs(bench: Benchmark) -> Iterator[tuple[ServerRun, ServerRun, StandaloneCluster]]:
+    """(local mode, cluster) runs of the same replay; the local one runs while the cluster starts."""
+    hooks = {"before_replay": register_rule, "after_replay": rule_outputs}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        local = pool.submit(server_run, bench, **hooks)
+        with standalone_cluster(workers=2, cores=1, memory="1g") as cluster:
+            clustered = server_run(bench, ["--spark-master", cluster.master_url], **hooks)
+            yield local.result(timeout=300), clustered, cluster
+
+
+EX = "urn:x-test:"
+Q1 = "R/1970-01-01T00:00:00Z/PT10S"
+RULE = f"""PREFIX ex: <{EX}>
+CONSTRUCT {{ ?w ex:elements ?n ; ex:label ?label }}
+WHERE {{
+  ?w ex:label ?label .
+  SERVICE <{{base}}/streams/csrbench?WINDOWS={Q1}> {{
+    SELECT (COUNT(DISTINCT ?g) AS ?n) WHERE {{ GRAPH ?g {{ ?s ?p ?o }} }}
+  }}
+}}"""
+
+
+def register_rule(base: str) -> None:
+    """Static data (a label, broadcast to the executors) and a rule counting the elements of q1's windows."""
+    r = requests.post(base + "/sparql", data=f'INSERT DATA {{ <{EX}q1> <{EX}label> "q1 windows" }}',
+                      headers={"Content-Type": "application/sparql-update"}, timeout=30)
+    assert r.status_code == 204, r.text
+    r = requests.put(base + "/rules/count", params={"output": "counts"}, data=RULE.replace("{base}", base),
+                     headers={"Content-Type": "application/sparql-query"}, timeout=30)
+    assert r.status_code == 201, r.text
+
+
+def rule_outputs(base: str, timeout: float = 120) -> tuple[list[tuple[str, int, str]], dict[str, Any]]:
+    """The rule's outputs (element time, count, label) in time order, once it fired on every window of q1, and
+    its status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listing = requests.get(base + "/streams/csrbench/windows", params={"ref": Q1}, timeout=30).json()
+        status = requests.get(base + "/rules/count", headers={"Accept": "application/json"}, timeout=30).json()
+        if status["firings"] >= len(listing["sequences"][0]["windows"]) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    query = (f"PREFIX ex: <{EX}> SELECT ?t ?n ?label WHERE {{ ?g <http://www.w3.org/ns/prov#generatedAtTime> ?t "
+             "GRAPH ?g { ?w ex:elements ?n ; ex:label ?label } } ORDER BY ?t")
+    r = requests.post(base + "/streams/counts", data=query, timeout=30, headers={
+        "Content-Type": "application/sparql-query", "Accept": "application/sparql-results+json"})
+    assert r.status_code == 200, r.text
+    rows = [(b["t"]["value"], int(b["n"]["value"]), b["label"]["value"]) for b in r.json()["results"]["bindings"]]
+    return rows, status
+
+
+def _revisions(run: ServerRun) -> dict[str, list[tuple[Any, ...]]]:
+    """Window revisions by sequence ref, without what differs between runs (revision UUIDs, commit times)."""
+    return {sequence["ref"]: [(w["index"], w["start"], w["end"], w["count"], [tuple(r) for r in w["elements"]])
+                              for w in sequence["windows"]]
+            for sequence in run.windows}
+
+
+def test_cluster_answers_are_correct(bench: Benchmark, runs: tuple[ServerRun, ServerRun, StandaloneCluster]) -> None:
+    _, clustered, cluster = runs
+    verdicts = [judge_ours(bench, response) for response in clustered.responses.values()]
+    wrong = [f"q{v.query} {v.configuration}: {v.detail()}" for v in verdicts if not v.correct]
+    assert not wrong, "\n".join(wrong) + "\n" + cluster.log_tail()
+    assert len(verdicts) == 14
+
+
+def test_cluster_window_revisions_equal_local_mode(runs: tuple[ServerRun, ServerRun, StandaloneCluster]) -> None:
+    local, clustered, _ = runs
+    expected = _revisions(local)
+    # 7 queries over 5 distinct window sizes/slides: every sequence materialized windows up to the punctuation
+    assert len(expected) >= 5 and all(expected.values())
+    assert _revisions(clustered) == expected
+
+
+def test_the_work_ran_on_both_workers(runs: tuple[ServerRun, ServerRun, StandaloneCluster]) -> None:
+    """Not a local fallback: each worker launched an executor for the server's application, and each ran tasks."""
+    _, _, cluster = runs
+    apps = cluster.state()["completedapps"] + cluster.state()["activeapps"]
+    assert [app["name"] for app in apps] == ["rdf-stream-concentrator"]
+    executors = cluster.executor_dirs()
+    workers = {path.parent.parent.name for path in executors}
+    assert workers == {"worker-1", "worker-2"}, executors
+    for path in executors:
+        assert "Finished task" in (path / "stderr").read_text("utf-8", errors="replace"), path
+
+
+def test_rule_runs_in_the_executors_with_the_same_outputs(runs: tuple[ServerRun, ServerRun, StandaloneCluster]
+                                                         ) -> None:
+    local, clustered, _ = runs
+    local_rows, local_status = local.extra
+    rows, status = clustered.extra
+    # one element per second from 0 s to 33 s: windows [0,10) [10,20) [20,30) hold 10, [30,40) holds 4; the windows
+    # after that (up to the end-of-stream punctuation) are empty
+    counts = [n for _, n, _ in rows]
+    assert counts[:4] == [10, 10, 10, 4] and not any(counts[4:]), rows
+    assert [t for t, _, _ in rows][:4] == [f"1970-01-01T00:00:{s}Z" for s in (10, 20, 30, 40)]
+    assert {label for _, _, label in rows} == {"q1 windows"}  # the static data reached the executors
+    assert rows == local_rows
+    assert status["placement"] == "executors" and status["executor_firings"] == status["firings"] == len(rows)
+    assert local_status["placement"].startswith("driver") and local_status["executor_firings"] == 0

@@ -1,0 +1,125 @@
+"""Rule firings evaluated in executors (concentrator/rule_tasks.py), without Spark: which rules may go, and that an
+executor's evaluation over the copied window and static data gives what the driver's gives. The Spark side (a job
+on a real standalone cluster) is in tests/test_cluster.py.
+
+The data of tests/test_evaluation.py: stream hr holds a 10:00 → 70, b 10:03 → 80, c 10:06 → 90; the firing window
+is {a, b}; the dataset says the threshold is 75. Worked by hand: only b (80) is above it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from pyoxigraph import Literal, NamedNode, Quad
+
+from concentrator.rule_tasks import (
+    ExecutorRuleFailed,
+    RuleTask,
+    evaluate,
+    ineligible_reason,
+    placement_of,
+    static_data,
+    window_data,
+)
+from protocol import ServerConfig, create_app
+from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget
+from store.selection import SelectedWindow
+
+PROV = "http://www.w3.org/ns/prov#generatedAtTime"
+XSD = "http://www.w3.org/2001/XMLSchema#"
+HOST = "http://localhost"
+WINDOWED = f"{HOST}/streams/hr?WINDOWS=R/HEAD/PT5M"
+HIGH = f"""CONSTRUCT {{ ?o <urn:above> ?limit }}
+WHERE {{ <urn:hr> <urn:threshold> ?limit .
+         SERVICE <{WINDOWED}> {{ SELECT ?o ?hr WHERE {{ GRAPH ?g {{ ?o <http://ex/hr> ?hr }} }} }}
+         FILTER(?hr > ?limit) }}"""
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Flask:
+    app = create_app(ServerConfig(tmp_path / "data", in_memory=True))
+    client: FlaskClient = app.test_client()
+    r = client.post("/sparql", data="INSERT DATA { <urn:hr> <urn:threshold> 75 }",
+                    headers={"Content-Type": "application/sparql-update"})
+    assert r.status_code == 204, r.text
+    assert client.put("/streams/hr").status_code == 201
+    for name, minute, hr in (("a", 0, 70), ("b", 3, 80), ("c", 6, 90)):
+        body = (f'<http://ex/{name}> <{PROV}> "2016-06-20T10:{minute:02d}:00Z"^^<{XSD}dateTime> .\n'
+                f'<http://ex/{name}> {{ <http://ex/{name}obs> <http://ex/hr> {hr} . }}\n')
+        r = client.post("/streams/hr", data=body, headers={"Content-Type": "application/trig"})
+        assert r.status_code == 200, r.text
+    return app
+
+
+def firing(app: Flask) -> ExtendedEvaluator:
+    """The evaluator of a firing of hr's window {a, b} (ordinals 1 and 2)."""
+    evaluator: ExtendedEvaluator = app.extensions["evaluator"].with_local_bases([HOST])
+    return evaluator.for_rule([HOST], {("hr", "R/HEAD/PT5M"): SelectedWindow([1, 2], commit=1_000_000)})
+
+
+def test_window_and_static_rules_may_go_to_executors(app: Flask) -> None:
+    assert ineligible_reason(HIGH, HOST, firing(app)) is None
+
+
+@pytest.mark.parametrize(("rule", "reason"), [
+    ("CONSTRUCT { ?s ?p ?o } WHERE { ?x <urn:feed> ?feed SERVICE ?feed { ?s ?p ?o } }", "SERVICE ?feed"),
+    ("CONSTRUCT { ?s ?p ?o } WHERE { REVISION 1 { ?s ?p ?o } }", "REVISION clause"),
+    ("CONSTRUCT { ?s ?p ?o } WHERE { SERVICE <http://example.org/sparql> { ?s ?p ?o } }", "not one of this server"),
+    (f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ SERVICE <{WINDOWED}> {{ REVISION 1 {{ ?s ?p ?o }} }} }}",
+     "extension clauses inside"),
+])
+def test_rules_needing_the_driver_say_why(app: Flask, rule: str, reason: str) -> None:
+    found = ineligible_reason(rule, HOST, firing(app))
+    assert found is not None and reason in found
+
+
+def test_placement() -> None:
+    assert placement_of("auto", "spark://10.0.0.1:7077", None) == "executors"
+    assert placement_of("auto", "local[2]", None).startswith("driver: local Spark")
+    assert placement_of("executors", "local[2]", None) == "executors"
+    assert placement_of("driver", "spark://10.0.0.1:7077", None) == "driver: --rules-on driver"
+    assert placement_of("executors", "spark://h:7077", "SERVICE ?feed (…)") == "driver: SERVICE ?feed (…)"
+
+
+def test_executor_evaluation_equals_the_drivers(app: Flask) -> None:
+    evaluator = firing(app)
+    driver = evaluator.query(HIGH, QueryTarget(base_iri=HOST))
+    static = static_data(evaluator)
+    assert static is not None
+    result = evaluate(RuleTask(7, HIGH, HOST, window_data(HIGH, HOST, evaluator)), static)
+    assert (result.position, result.kind) == (7, "triples")
+    executor = result.construction()
+    assert isinstance(executor, ConstructedTriples) and isinstance(driver, ConstructedTriples)
+    limit = Literal("75", datatype=NamedNode(f"{XSD}integer"))
+    expected = [(NamedNode("http://ex/bobs"), NamedNode("urn:above"), limit)]
+    assert [(t.subject, t.predicate, t.object) for t in executor] == expected
+    assert sorted(map(str, executor)) == sorted(map(str, driver))
+
+
+def test_executor_quad_templates_and_then(app: Flask) -> None:
+    # THEN() inside the SERVICE is the firing window's commit time (1 s after the epoch, given in the pin)
+    rule = f"""CONSTRUCT {{ GRAPH ?o {{ ?o <urn:seen> ?then }} }}
+    WHERE {{ SERVICE <{WINDOWED}> {{ SELECT ?o (<urn:x-concentrator:fn:then>() AS ?then)
+                                     WHERE {{ GRAPH ?g {{ ?o <http://ex/hr> ?hr }} }} }} }}"""
+    evaluator = firing(app)
+    static = static_data(evaluator)
+    assert static is not None
+    result = evaluate(RuleTask(0, rule, HOST, window_data(rule, HOST, evaluator)), static).construction()
+    assert isinstance(result, ConstructedQuads)
+    then = Literal("1970-01-01T00:00:01Z", datatype=NamedNode(f"{XSD}dateTime"))
+    assert sorted(result, key=str) == sorted(
+        [Quad(NamedNode(f"http://ex/{n}obs"), NamedNode("urn:seen"), then, NamedNode(f"http://ex/{n}obs"))
+         for n in ("a", "b")], key=str)
+
+
+def test_an_executor_error_comes_back_to_the_driver(app: Flask) -> None:
+    evaluator = firing(app)
+    static = static_data(evaluator)
+    assert static is not None
+    rule = f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ SERVICE <{WINDOWED}> {{ ?s ?p ?o FILTER(<urn:no-such-fn>(?o)) }} }}"
+    result = evaluate(RuleTask(3, rule, HOST, window_data(rule, HOST, evaluator)), static)
+    assert result.kind == "error"
+    with pytest.raises(ExecutorRuleFailed, match="urn:no-such-fn"):
+        result.construction()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import requests
@@ -37,9 +37,15 @@ def setup(server: RunningServer) -> None:
     assert r.status_code == 201, r.text
 
 
-def upload(server: RunningServer, first: int, last: int, pause: float = 0.0) -> None:
+def upload(server: RunningServer, first: int, last: int, pause: float = 0.0,
+           hold: Callable[[], bool] | None = None) -> None:
+    """One chunked upload of elements first … last-1; with ``hold``, the second half waits until it is true (on a
+    loaded machine Spark's first window may come late: the kill must still find the upload running)."""
     def body() -> Iterator[bytes]:
         for n in range(first, last):
+            if hold is not None and n == (first + last) // 2:
+                while not hold():
+                    time.sleep(0.1)
             yield element(n)
             if pause:
                 time.sleep(pause)
@@ -82,16 +88,19 @@ def test_sigkill_mid_upload_and_windows_then_resume_equals_uninterrupted(tmp_pat
     data = tmp_path / "data"
     with running_server(data_dir=data) as server:
         setup(server)
+        def fired() -> bool:
+            return bool(requests.get(f"{server.url}/streams/counts", timeout=10).json()["elements"])
+
         def interrupted_upload() -> None:
             try:
-                upload(server, 0, ELEMENTS, 0.04)
+                upload(server, 0, ELEMENTS, 0.04, hold=fired)
             except requests.RequestException:
                 pass  # the server died under it: the client learns where to resume from the stream's HEAD
 
         sender = threading.Thread(target=interrupted_upload, daemon=True)
         sender.start()  # about 24 s of upload; windows complete and the rule fires meanwhile
-        deadline = time.monotonic() + 60
-        while requests.get(f"{server.url}/streams/counts", timeout=10).json()["elements"] < 1:
+        deadline = time.monotonic() + 120
+        while not fired():
             assert time.monotonic() < deadline, server.log_tail()
             time.sleep(0.1)
         kill_tree(server.process.pid)  # mid-upload, with windows being materialized and fired

@@ -196,7 +196,7 @@ class _CountingStore:
 
 
 def test_the_on_disk_store_is_flushed_as_elements_are_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """RocksDB kept every write in memory until flushed: a long-lived stream's resident memory grew by ≈ 1.3 KB per
+    """RocksDB kept every write in memory until flushed: a long-lived stream's resident memory grew by ≈ 1.4 KB per
     quad without bound (bench/load's soak). The committer flushes the store every MEMTABLE_FLUSH_QUADS quads."""
     monkeypatch.setattr("store.stream.MEMTABLE_FLUSH_QUADS", 10)
     s = Stream.create(tmp_path / "s", StreamConfig("s"))

@@ -121,6 +121,7 @@ class Uploader:
     stream: str
     errors: Errors
     next_n: int = 0
+    due: float = 0.0  # when the next element is due (monotonic): pacing runs on across consecutive uploads
     t0_us: int = 0  # the sequence's t0: the first element's timestamp
     last_us: int = 0
     acked: int = 0
@@ -135,14 +136,14 @@ class Uploader:
     def paced(self, count: int, rate: float, deadline: float, ended: list[float]) -> Iterator[bytes]:
         """``count`` elements at ``rate``/s (stamped with the wall clock), fewer if the deadline comes first;
         records when the last one was handed to the connection (the generator resumes after it was sent)."""
-        begin = time.monotonic()
-        for k in range(count):
-            due = begin + k / rate
-            if due >= deadline:
+        self.due = max(self.due, time.monotonic() - 1.0)  # a late uploader catches up at most 1 s of backlog
+        for _ in range(count):
+            if self.due >= deadline:
                 break
-            delay = due - time.monotonic()
+            delay = self.due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            self.due += 1 / rate
             data = element(self.stream, self.next_n, self._stamp(time.time_ns() // 1000)).encode()
             self.next_n += 1
             self.sent += 1
@@ -163,6 +164,7 @@ class Uploader:
         self.uploads += 1
 
     def run(self, rate: float, upload_seconds: float, deadline: float) -> None:
+        self.due = time.monotonic()
         try:
             with requests.Session() as session:
                 while time.monotonic() < deadline:
@@ -382,13 +384,14 @@ class MemorySampler:
     every: float
     samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    begin: float = 0.0  # times are relative to it: negative during the setup, 0 when the load starts
 
     def start(self) -> threading.Thread:
-        begin = time.monotonic()
+        self.begin = time.monotonic()
 
         def loop() -> None:
             while True:
-                self.samples.append((round(time.monotonic() - begin, 1), rss_sample(self.root)))
+                self.samples.append((round(time.monotonic() - self.begin, 1), rss_sample(self.root)))
                 if self.stop.wait(self.every):
                     return
 
@@ -396,13 +399,22 @@ class MemorySampler:
         thread.start()
         return thread
 
+    def mark_load_start(self) -> None:
+        """Samples are timed from now on; one is taken now (the load's start, Spark's JVM running)."""
+        self.samples = [(round(t - (time.monotonic() - self.begin), 1), s) for t, s in self.samples]
+        self.begin = time.monotonic()
+        self.samples.append((0.0, rss_sample(self.root)))
+
+    def during_load(self) -> list[tuple[float, dict[str, float]]]:
+        return [(t, s) for t, s in self.samples if t >= 0]
+
     def report(self) -> dict[str, dict[str, float]]:
-        """Per group: start, max, end MB (a group absent from a sample counts 0 there)."""
-        groups = sorted({g for _, s in self.samples for g in s}, key=lambda g: (g.startswith("total"), g))
-        groups = [g for g in groups if any(s.get(g) for _, s in self.samples)]
-        return {g: {"start_mb": self.samples[0][1].get(g, 0.0),
-                    "max_mb": max(s.get(g, 0.0) for _, s in self.samples),
-                    "end_mb": self.samples[-1][1].get(g, 0.0)} for g in groups}
+        """Per group: at the load's start, max during the load, at the end (MB; absent from a sample: 0)."""
+        samples = self.during_load()
+        groups = sorted({g for _, s in samples for g in s}, key=lambda g: (g.startswith("total"), g))
+        groups = [g for g in groups if any(s.get(g) for _, s in samples)]
+        return {g: {"start_mb": samples[0][1].get(g, 0.0), "max_mb": max(s.get(g, 0.0) for _, s in samples),
+                    "end_mb": samples[-1][1].get(g, 0.0)} for g in groups}
 
 
 def boundedness(samples: list[tuple[float, dict[str, float]]], key: str = "total") -> dict[str, Any]:
@@ -506,6 +518,7 @@ def run(settings: Settings) -> dict[str, Any]:
             thread.start()
         wait_for_subscribers(server, len(subscribers))
 
+        memory.mark_load_start()
         start = time.monotonic()
         deadline = start + settings.seconds
         up_threads = [threading.Thread(target=u.run, args=(settings.rate, settings.upload_seconds, deadline),
@@ -525,7 +538,7 @@ def run(settings: Settings) -> dict[str, Any]:
         status = requests.get(f"{server.url}/status", timeout=30).json()
         memory.stop.set()
         sampler.join(30)
-        memory.samples.append((memory.samples[-1][0], rss_sample(server.process.pid)))  # at the very end
+        memory.samples.append((round(time.monotonic() - memory.begin, 1), rss_sample(server.process.pid)))
     return report(settings, errors, uploaders, warm_acked, subscribers, idle, idle_seconds, loaded, load_seconds,
                   upload_seconds, lost, status, memory)
 
@@ -533,13 +546,17 @@ def run(settings: Settings) -> dict[str, Any]:
 def check_no_loss(server: RunningServer, uploaders: list[Uploader], errors: Errors) -> dict[str, Any]:
     """Each stream's HEAD ordinal (elements ever committed, expired ones included) = elements acknowledged."""
     mismatches = {}
+    retained = 0
     for u in uploaders:
         described = requests.get(f"{server.url}/streams/{u.stream}", timeout=30).json()
         head = described["head"]["ordinal"] if described["head"] else 0
+        retained += described["elements"]
         if head != u.acked:
             mismatches[u.stream] = {"head": head, "acked": u.acked}
             errors.add("lost", f"{u.stream}: HEAD ordinal {head}, acknowledged {u.acked}")
-    return {"streams_checked": len(uploaders), "mismatches": mismatches}
+    # with retention, expired elements are gone from the stream but still count in its HEAD ordinal
+    return {"streams_checked": len(uploaders), "mismatches": mismatches,
+            "acknowledged_elements": sum(u.acked for u in uploaders), "retained_elements": retained}
 
 
 def finish_subscribers(server: RunningServer, uploaders: list[Uploader], subscribers: list[Subscriber],
@@ -601,7 +618,8 @@ def report(settings: Settings, errors: Errors, uploaders: list[Uploader], warm_a
     print("\nresident memory (MB)    start        max        end")
     for group, r in rss.items():
         print(f"{group:<20} {r['start_mb']:>10.1f} {r['max_mb']:>10.1f} {r['end_mb']:>10.1f}")
-    print(f"\nerrors: {errors.total} {errors.counts or ''}; elements lost: {len(lost['mismatches'])} streams")
+    print(f"\nerrors: {errors.total} {errors.counts or ''}; streams with elements lost: {len(lost['mismatches'])} "
+          f"(acknowledged {lost['acknowledged_elements']}, still retained {lost['retained_elements']})")
     pipeline = status.get("pipeline") or {}
     return {
         "errors": {"total": errors.total, "by_kind": errors.counts, "examples": errors.examples},
@@ -668,7 +686,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _samples(result: dict[str, Any]) -> list[tuple[float, dict[str, float]]]:
-    return [(s["t"], {k: v for k, v in s.items() if k != "t"}) for s in result["memory_samples"]]
+    """The memory samples of the load phase (t ≥ 0), as (t, sample)."""
+    return [(s["t"], {k: v for k, v in s.items() if k != "t"}) for s in result["memory_samples"] if s["t"] >= 0]
 
 
 if __name__ == "__main__":

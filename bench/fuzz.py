@@ -282,34 +282,31 @@ def _check_query_error(what: str, text: str, error: Exception) -> None:
             raise Failure(f"{what}({text!r}): offset {error.offset} outside the text (length {len(text)})")
 
 
-def check_parse_extended(text: str) -> str:
-    """``parse_extended`` returns, or raises a 4xx SparqlExtError (a QuerySyntaxError's position inside the text)."""
-    from sparql_ext import parse_extended
-
+def _check_query_parser(what: str, parse: Callable[[str, str], object], text: str) -> str:
+    """``parse`` returns, or raises a 4xx SparqlExtError (a QuerySyntaxError's position inside the text)."""
     try:
-        with timed(f"parse_extended({text!r})"):
-            parse_extended(text, "http://base/")
+        with timed(f"{what}({text!r})"):
+            parse(text, "http://base/")
     except Failure:
         raise
     except Exception as error:  # noqa: BLE001
-        _check_query_error("parse_extended", text, error)
+        _check_query_error(what, text, error)
         return "refused"
     return "accepted"
+
+
+def check_parse_extended(text: str) -> str:
+    """``sparql_ext.parse_extended``: the parser property above."""
+    from sparql_ext import parse_extended
+
+    return _check_query_parser("parse_extended", parse_extended, text)
 
 
 def check_checked_query(text: str) -> str:
     """``store.evaluation.checked_query`` (parse_extended + pyoxigraph's check of every part): the same property."""
     from store.evaluation import checked_query
 
-    try:
-        with timed(f"checked_query({text!r})"):
-            checked_query(text, "http://base/")
-    except Failure:
-        raise
-    except Exception as error:  # noqa: BLE001
-        _check_query_error("checked_query", text, error)
-        return "refused"
-    return "accepted"
+    return _check_query_parser("checked_query", checked_query, text)
 
 
 # -- properties through the HTTP app -----------------------------------------------------------------------

@@ -181,9 +181,6 @@ class SnapshotDataset:
     def revision(self, ordinal: int) -> _Committed | None:
         return self._committed if ordinal == self.head else None
 
-    def resolve(self, designator: str | None) -> int | None:
-        return self.head
-
     @contextmanager
     def reading(self, ordinal: int | None = None) -> Any:
         yield self._store

@@ -68,7 +68,7 @@ class RuleRunner:
         for position, (rule, revision) in enumerate(firings):
             self.fire(rule, stream, revision, remote.get(position))
 
-    def placement_of(self, rule: Rule) -> str:
+    def placement_for(self, rule: Rule) -> str:
         """Where ``rule`` is evaluated: "executors", or "driver: why" (decided once per rule text)."""
         key = (rule.name, rule.text)
         if key not in self._placements:
@@ -84,7 +84,7 @@ class RuleRunner:
         if self.pool is None or not self.pool.ready:
             return {}
         wanted = [(position, rule, revision) for position, (rule, revision) in enumerate(firings)
-                  if self.placement_of(rule) == "executors"]
+                  if self.placement_for(rule) == "executors"]
         if not wanted:
             return {}
         static = self.pool.static(self.evaluator)
@@ -198,7 +198,7 @@ class RuleRunner:
         status.firings += 1
         if evaluated is not None:
             status.executor_firings += 1
-        status.placement = self.placement_of(rule)
+        status.placement = self.placement_for(rule)
         self._mark_fired(rule, stream, revision)
         status.outputs += len(elements)
         status.last_latency_ms = round((time.monotonic() - started) * 1000, 3)

@@ -7,8 +7,10 @@ The same settings work against a cluster (``master="spark://…"``) when one mac
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -104,7 +106,9 @@ def ship_code(spark: SparkSession) -> Path:
     """Send this server's own packages to the executors (``addPyFile``): they run the same code as the driver
     whatever is installed on the workers, which then need only Python and the pinned dependencies."""
     root = Path(__file__).resolve().parents[1]
-    target = Path(tempfile.mkdtemp(prefix="concentrator-code-")) / "concentrator-code.zip"
+    directory = tempfile.mkdtemp(prefix="concentrator-code-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)  # Spark reads it until the session stops
+    target = Path(directory) / "concentrator-code.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for package in SHIPPED_PACKAGES:
             for path in sorted((root / package).rglob("*.py")):

@@ -163,7 +163,28 @@ def query_inputs(extreme: bool = True) -> st.SearchStrategy[str]:
     """Mutated seeds, arbitrary text, and the WINDOWS construct around a grammar-built WindowRef."""
     built = window_refs(extreme).map(lambda ref: f"SELECT * WHERE {{ WINDOWS {ref} {{ ?g ?p ?o }} }}")
     return st.one_of(mutated(st.sampled_from(QUERY_SEEDS), max_edits=6), st.text(_chars, max_size=80),
-                     mutated(built, max_edits=2))
+                     mutated(built, max_edits=2), deep_texts())
+
+@st.composite
+def deep_texts(draw: st.DrawFn) -> str:
+    """A query or update with brackets nested far deeper than anyone writes (issue 12: pyoxigraph's parser
+    overflows its stack at a few thousand levels, which kills the server): groups, expressions, blank-node
+    property lists, mixed, around the limit and far past it, sometimes with a character the tokenizer refuses."""
+    depth = draw(st.sampled_from([1, 64, 255, 256, 257, 1_000, 5_000, 20_000]))
+    opener, closer = draw(st.sampled_from([("{ ", " }"), ("(", ")"), ("[ <http://p> ", " ]"), ("{ (", ") }")]))
+    core = draw(st.sampled_from(["?s ?p ?o", "1", "true", "<http://o>", "?s ?p ` ?o"]))
+    body = opener * depth + core + closer * depth
+    return draw(st.sampled_from([f"SELECT * WHERE {{ {body} }}", f"ASK {{ FILTER({body}) }}",
+                                 f"INSERT DATA {{ <http://s> <http://p> {body} }}", f"DELETE WHERE {{ {body} }}"]))
+
+
+def check_deep_sparql(server: Server, text: str) -> str:
+    """A deeply nested query or update to ``/sparql``: a 2xx, or a 4xx with a message, and the server lives on
+    (a SIGSEGV here kills the fuzzer itself: the app runs in its process)."""
+    field_name = "update" if text.startswith(("INSERT", "DELETE")) else "query"
+    response = server.request("POST", "/sparql", data={field_name: text})
+    return _check_status(f"POST /sparql {field_name}={text[:200]!r}… ({len(text)} characters)", response)
+
 
 # queries for a stream's SPARQL endpoint: no SERVICE to other hosts (the fuzzer must not wait on the network)
 STREAM_QUERIES = [
@@ -497,6 +518,7 @@ TARGETS = [
            lambda s, a: check_store_upload(s, *a), True),
     Target("http.stream_windows_query", get_inputs(), lambda s, a: check_stream_get(s, *a), True),
     Target("http.time_params", time_param_inputs(), lambda s, a: check_time_param(s, *a), True),
+    Target("http.deep_sparql", deep_texts(), check_deep_sparql, True),
 ]
 
 

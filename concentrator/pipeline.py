@@ -272,6 +272,7 @@ class WindowPipeline:
         began = time.monotonic()
         stream_name = "-"
         try:
+            self._retire_idle_sequences()
             assignable = self._assignable(batch_id)
             table = sequence_table((ident, name, spec) for name, specs in assignable.items()
                                    for ident, spec in specs.items())
@@ -311,6 +312,15 @@ class WindowPipeline:
             self._status.windows_emitted += emitted
             self._status.expired_elements += expired
 
+    def _retire_idle_sequences(self) -> None:
+        """Between batches: sequences nobody holds or used for a while stop being computed (``WindowLog.retire_idle``);
+        their open windows are forgotten with the next state the stream commits."""
+        for name in self.catalog.names():
+            stream = self.catalog.find(name)
+            if stream is not None:
+                for ident in stream.windows.retire_idle():
+                    log.info("stream %s: sequence %s retired (no rule or continuous response reads it)", name, ident)
+
     def _assignable(self, batch_id: int) -> dict[str, dict[str, WindowSpec]]:
         """Per stream, the sequences Spark assigns this batch's elements to: those live with a bound origin
         as of the stream's committed state (a sequence that becomes assignable in this batch gets all of its
@@ -349,6 +359,8 @@ class WindowPipeline:
             raise RuntimeError(f"the index of stream {name} stays behind its log (head {stream.head()}, "
                                f"log has element {summary.max_ordinal})")
         state.seen = max(state.seen, summary.max_ordinal or 0)
+        for retired in [ident for ident in state.open if stream.windows.sequence(ident) is None]:
+            del state.open[retired]  # its next_index stays: its revisions remain readable by id
         for _, ident, _h in summary.registrations:
             sequence = stream.windows.sequence(ident)
             if sequence is None:

@@ -36,6 +36,8 @@ from concentrator.rule_tasks import (
     window_data,
 )
 from sparql_ext.reporting import Reporter
+from sparql_ext.revision import is_finer_than_micros, parse_datetime_stamp
+from sparql_ext.windowing import to_micros
 from store.elements import PROV_GENERATED_AT_TIME, ParsedElement, parse_timestamp
 from store.errors import WindowNotComplete
 from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget
@@ -116,7 +118,7 @@ class RuleRunner:
         kind = sequence.spec.kind if sequence is not None else "time"
         pins = {(i.stream, i.ref): revision_window(kind, revision)
                 for i in rule.inputs if i.stream == stream.config.name and i.sequence == revision.sequence}
-        return self.evaluator.for_rule([rule.base], pins)
+        return self.evaluator.for_rule([rule.base], pins, {(i.stream, i.ref): i.sequence for i in rule.inputs})
 
     def catch_up(self) -> int:
         """Fire every rule on the committed windows of its inputs it has not fired on (a crash between a window's
@@ -174,6 +176,7 @@ class RuleRunner:
                     last = output.accepted_time
                     if element.time is None or (last is not None and element.time <= last):
                         element.time = (last + 1) if last is not None else now_micros()
+                        element.stamp = None  # a moved time is written anew (UTC); an unmoved one is kept as made
                     output.accept(element, now_micros())
                 output.flush()
             except WindowNotComplete as waiting:  # another input has no complete window yet: nothing to join
@@ -222,6 +225,15 @@ def _bound(kind: str, value: int) -> str:
     return f"element {value}" if kind == "count" else format_micros(value)
 
 
+def _output_time(value: Literal, where: str) -> tuple[int, Literal | None]:
+    """An output element's time from its template's timestamp, and the literal to keep: the literal as the rule made
+    it, unless it is finer than a microsecond (``NOW()`` has nanoseconds): then the time is the next microsecond and
+    the literal is written anew from it (docs/rules.md)."""
+    if is_finer_than_micros(value.value):
+        return to_micros(parse_datetime_stamp(value.value, f"{where}: timestamp", finer="ceil")), None
+    return parse_timestamp(value.value, where), value
+
+
 def _elements(result: object, window_end: int) -> list[ParsedElement]:
     if isinstance(result, ConstructedQuads):
         stamp = NamedNode(PROV_GENERATED_AT_TIME)
@@ -230,10 +242,10 @@ def _elements(result: object, window_end: int) -> list[ParsedElement]:
         for quad in result:
             if isinstance(quad.graph_name, DefaultGraph):
                 if quad.predicate == stamp and isinstance(quad.object, Literal):
-                    times[quad.subject] = parse_timestamp(quad.object.value, f"output element {quad.subject}")
+                    times[quad.subject] = _output_time(quad.object, f"output element {quad.subject}")
                 continue
             graphs.setdefault(quad.graph_name, []).append(quad)
-        return [ParsedElement(graph, quads, times.get(graph, window_end))  # type: ignore[arg-type]
+        return [ParsedElement(graph, quads, *times.get(graph, (window_end, None)))  # type: ignore[arg-type]
                 for graph, quads in graphs.items()]
     if isinstance(result, ConstructedTriples):
         if not result:

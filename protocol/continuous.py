@@ -42,15 +42,15 @@ from protocol.resume import (
     Start,
     check_available,
     check_resumable,
-    check_sequence,
     past_the_end,
     requested_start,
     seed_window,
+    subscribed_sequence,
 )
 from protocol.window_results import SharedResults
 from sparql_ext import THEN_FUNCTION
 from sparql_ext.reporting import Reporter, ReportPolicy, ReportSpec, parse_report
-from sparql_ext.windowing import Window, WindowSpec, bind_origin, bounds, resolve, window
+from sparql_ext.windowing import Window, WindowSpec, bind_origin, bounds, window
 from sparql_ext.windowref import WindowRef, parse_window_ref
 from store.evaluation import (
     ConstructedQuads,
@@ -316,10 +316,11 @@ def windows_body(stream: Stream, ref: WindowRef, sequence: Sequence, start: int,
     last = None if ref.count is None else sequence.spec.first + ref.count - 1  # Rn: n windows from the first
     index = start
     registrations.add(registration)
-    opening = packager.opening()
-    if opening:
-        yield opening
+    stream.windows.hold(sequence.id)
     try:
+        opening = packager.opening()
+        if opening:
+            yield opening
         while last is None or index <= last:
             revisions = stream.windows.windows_from(sequence.id, index, POLL_SECONDS)
             if not revisions:
@@ -348,6 +349,7 @@ def windows_body(stream: Stream, ref: WindowRef, sequence: Sequence, start: int,
             yield packager.closing()
     finally:
         registrations.remove(registration.id)
+        stream.windows.release(sequence.id)
 
 
 def active_window(spec: WindowSpec, k: int, ordinal: int, at: int, index: Stream) -> tuple[int, Window | None]:
@@ -385,10 +387,11 @@ def arrivals_body(stream: Stream, ref: WindowRef, sequence: Sequence, first_ordi
     last = None if ref.count is None else spec.first + ref.count - 1
     ordinal, k = first_ordinal, spec.first
     registrations.add(registration)
-    opening = packager.opening()
-    if opening:
-        yield opening
+    stream.windows.hold(sequence.id)
     try:
+        opening = packager.opening()
+        if opening:
+            yield opening
         while True:
             if ordinal > stream.head():
                 latest = stream.windows.latest(sequence.id)
@@ -429,6 +432,7 @@ def arrivals_body(stream: Stream, ref: WindowRef, sequence: Sequence, first_ordi
             yield packager.closing()
     finally:
         registrations.remove(registration.id)
+        stream.windows.release(sequence.id)
 
 
 def arrived(stream: Stream, ordinal: int) -> bool:
@@ -486,16 +490,14 @@ def wants_continuous(windows: str, answer: str | None) -> bool:
 
 def continuous_response(stream: Stream, windows: str, query: str | None) -> Response:
     ref = parse_window_ref(windows)
-    canonical = str(ref)
-    sequence = stream.windows.find(canonical) or stream.register(canonical, resolve(ref, stream))
     base = request.host_url.rstrip("/")
     evaluator = current_app.extensions["evaluator"].with_local_bases([base])
     kind = kind_of(query, request.base_url)
     packaging, media_type = choose(kind, request.headers.get("Accept"), request.args.get("packaging"),
                                    request.args.get("format"))
     spec = parse_report(request.args.get("report"), request.args.get("operator"))
-    check_sequence(request.args.get("sequence"), sequence)
     resumed = requested_start(request.args, request.headers, packaging)
+    sequence = subscribed_sequence(stream, ref, request.args.get("sequence"), resumed is not None)
     packager = Packager(packaging, media_type)
     produce = producer(stream, query, evaluator, request.base_url, spec, media_type,
                        current_app.extensions["window_results"])

@@ -10,9 +10,9 @@ docs/continuous.md, "Resuming").
 - ``Last-Event-ID`` (``event-stream`` only): what a browser's EventSource sends when it reconnects, the ``id:``
   of the last event it received (a window index): the same as ``after=``. It wins over ``after=`` / ``from=``,
   which EventSource repeats unchanged from the URL it was opened with.
-- ``sequence=ID``: optional; the ``Window-Sequence`` header of the response being resumed. A ref names the same
-  sequence for the stream's lifetime (its id is derived from the ref's text), so this only catches a client
-  resuming against another stream or ref by mistake.
+- ``sequence=ID``: the ``Window-Sequence`` header of the response being resumed. A ``HEAD`` ref names another
+  sequence at every registration (its own t0), so a resume names the one it was reading; without it, the newest
+  sequence of the ref is resumed. A sequence nobody read for ``RETIRE_AFTER_SECONDS`` is retired: 410.
 
 Not resumable (400): ``report=content-change`` (evaluated at every arrival: its state is not a window) and
 ``periodic:`` (its due times count from the first window the original response evaluated, which the server does
@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 from protocol.errors import BadRequest, Gone
 from sparql_ext.reporting import ReportPolicy, ReportSpec, StreamOperator
+from sparql_ext.windowing import resolve
+from sparql_ext.windowref import WindowRef
 from store.stream import Stream
 from store.windows import Sequence, WindowRevision
 
@@ -77,10 +79,26 @@ def check_resumable(start: Start, spec: ReportSpec) -> None:
                          "from the first window the original response evaluated); reconnect without after=/from=")
 
 
-def check_sequence(expected: str | None, sequence: Sequence) -> None:
-    if expected is not None and expected != sequence.id:
-        raise BadRequest(f"sequence={expected!r}: this ref names sequence {sequence.id!r} ({sequence.ref}) on this "
-                         "stream; the resume point belongs to another one")
+def subscribed_sequence(stream: Stream, ref: WindowRef, expected: str | None, resuming: bool) -> Sequence:
+    """The sequence a continuous response reads. A new response registers ``ref`` as it resolves now (``HEAD`` is
+    this moment's HEAD, so a later subscriber gets its own t0 and its own windows; two that resolve alike share
+    one). A resumed one reads the sequence it was reading: ``sequence=ID`` (the ``Window-Sequence`` header it got),
+    else the newest sequence of this ref (an EventSource reconnects with its first URL and ``Last-Event-ID``)."""
+    canonical = str(ref)
+    if expected is not None:
+        found = stream.windows.sequence(expected)
+        if found is not None and found.ref == canonical:
+            return found
+        if stream.windows.retired(expected):
+            raise Gone(f"sequence={expected!r} was retired (nobody read it for a while): reconnect without "
+                       "sequence= and after=/from= to start anew")
+        if found is not None:
+            raise BadRequest(f"sequence={expected!r} is a sequence of {found.ref}, not of {canonical}: the resume "
+                             "point belongs to another ref")
+        raise BadRequest(f"sequence={expected!r}: stream {stream.config.name!r} has no such sequence of {canonical}")
+    if resuming and (registered := stream.windows.with_ref(canonical)):
+        return registered[-1]
+    return stream.register(canonical, resolve(ref, stream))
 
 
 def seed_window(stream: Stream, sequence: Sequence, start: Start, spec: ReportSpec) -> WindowRevision | None:

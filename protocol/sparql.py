@@ -23,6 +23,7 @@ from protocol.negotiation import (
 )
 from protocol.responses import empty_response, revision_headers, spooled_response
 from sparql_ext import QuerySyntaxError, parse_extended
+from sparql_ext.lexer import check_raw_nesting
 from store import QueryFailed, RevisionedDataset
 from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget
 
@@ -139,10 +140,11 @@ def is_extended(text: str, base_iri: str | None) -> bool:
     Text the extended parser cannot read goes to pyoxigraph (whose message is then the one reported),
     unless it mentions an extension keyword: then the extended parser's error is the useful one."""
     try:
-        extended = parse_extended(text, base_iri)
+        extended = parse_extended(text, base_iri)  # refuses text nested deeper than pyoxigraph's stack allows
     except QuerySyntaxError:
         if _EXTENSION_WORDS.search(text):
             raise
+        check_raw_nesting(text)  # the tokenizer failed before it counted: pyoxigraph must not get deep text either
         return False
     return bool(extended.parts or extended.uses_then or extended.template is not None)
 

@@ -8,7 +8,7 @@ import tempfile
 import uuid
 
 from flask import Blueprint, Response, current_app, jsonify, request
-from pyoxigraph import NamedNode, RdfFormat, serialize
+from pyoxigraph import Literal, NamedNode, RdfFormat, serialize
 
 from protocol.access import token_hash
 from protocol.bodies import revision_parameter, text_body
@@ -40,6 +40,7 @@ bp = Blueprint("streams", __name__)
 
 DEFAULT_TIMEOUT = 30.0  # seconds a request waits for a window that is not complete yet
 SD_ENDPOINT = "http://www.w3.org/ns/sparql-service-description#endpoint"
+XSD_DATETIME = NamedNode("http://www.w3.org/2001/XMLSchema#dateTime")
 
 
 def _catalog() -> StreamCatalog:
@@ -97,9 +98,8 @@ def window_revisions(name: str) -> Response:
     stream = _catalog().get(name)
     wanted = request.args.get("ref")
     sequences = stream.windows.sequences()
-    if wanted is not None:
-        found = stream.windows.find(str(parse_window_ref(wanted)))
-        sequences = [found] if found is not None else []
+    if wanted is not None:  # every sequence of that ref (a HEAD ref has one per HEAD it was registered at)
+        sequences = stream.windows.with_ref(str(parse_window_ref(wanted)))
     return jsonify({"sequences": [{
         "id": sequence.id, "ref": sequence.ref,
         "windows": [_describe_revision(sequence.spec.kind, r) for r in stream.windows.revisions(sequence.id)],
@@ -233,6 +233,8 @@ def _upload(stream: Stream) -> Response:
         graph = _iri(request.args["graph"], "graph") if "graph" in request.args else f"urn:uuid:{uuid.uuid4()}"
         time = _instant(request.args["timestamp"], "timestamp") if "timestamp" in request.args else None
         element = single_element(reader, rdf_format, NamedNode(graph), time, base_iri=request.base_url)
+        if time is not None:  # the literal as the client wrote it (its offset kept); a '+' sent raw became a space
+            element.stamp = Literal(request.args["timestamp"].strip().replace(" ", "+"), datatype=XSD_DATETIME)
         ordinal = stream.accept(element, now_micros())
         stream.flush()
         return _upload_answer(stream, 1, ordinal, ordinal)

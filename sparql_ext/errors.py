@@ -22,6 +22,17 @@ class QuerySyntaxError(SparqlExtError):
         super().__init__(f"Syntax error at line {self.line} column {self.column}: {message}")
 
 
+class NestingTooDeep(SparqlExtError):
+    """Brackets nested deeper than ``sparql_ext.lexer.MAX_NESTING``: refused before pyoxigraph's recursive parser,
+    whose stack a few thousand levels overflow (killing the process). Not a ``QuerySyntaxError``: text that is
+    otherwise passed on to pyoxigraph unparsed must never pass with it."""
+
+    def __init__(self, text: str, offset: int, limit: int) -> None:
+        self.line, self.column = line_and_column(text, offset)
+        super().__init__(f"Syntax error at line {self.line} column {self.column}: brackets ({{, ( or [) are nested "
+                         f"more than {limit} deep here; this server refuses deeper queries, updates and rules")
+
+
 class UnsupportedOperation(SparqlExtError):
     """A well-formed request this service refuses (e.g. ``LOAD`` of a remote document)."""
 
@@ -34,6 +45,10 @@ class ProtocolConflict(SparqlExtError):
 
 class RevisionSyntaxError(SparqlExtError):
     """A revision designator that is not one of HEAD, HEAD~n, UUID, ordinal or xsd:dateTime."""
+
+
+class TimestampSyntaxError(RevisionSyntaxError):
+    """An xsd:dateTime that is malformed, has no timezone, or is finer than the microsecond stream times keep."""
 
 
 class WindowRefSyntaxError(SparqlExtError):

@@ -22,7 +22,7 @@ from typing import Literal
 
 from sparql_ext.errors import QuerySyntaxError, RevisionSyntaxError, WindowRefSyntaxError
 from sparql_ext.iris import resolve_iri
-from sparql_ext.lexer import Kind, Token, tokenize
+from sparql_ext.lexer import Kind, Token, check_nesting, tokenize
 from sparql_ext.revision import RevisionDesignator, parse_revision
 from sparql_ext.windowref import WindowRef, parse_window_ref
 
@@ -195,6 +195,7 @@ class _Context:
 
 def _parse(text: str, base_iri: str | None) -> ExtendedQuery:
     tokens = _tokens(text)
+    check_nesting(tokens, text)
     ctx = _Context(text, tokens, _pairs(tokens), base_iri)
     i = _prologue(ctx)
     _dataset_clauses(ctx, i)

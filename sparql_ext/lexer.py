@@ -12,7 +12,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
-from sparql_ext.errors import QuerySyntaxError
+from sparql_ext.errors import NestingTooDeep, QuerySyntaxError
+
+#: The deepest bracket nesting accepted in a query, update or rule. pyoxigraph's SPARQL parser recurses per level
+#: and overflows a server thread's stack at a few thousand (measured: 5,000 nested groups kill the process with
+#: SIGSEGV); hand-written queries stay far below this.
+MAX_NESTING = 256
 
 
 class Kind(Enum):
@@ -82,6 +87,41 @@ def tokenize(text: str) -> Iterator[Token]:
         if kind is not None:
             yield Token(kind, match.group(), pos, match.end())
         pos = match.end()
+
+
+def check_nesting(tokens: list[Token], text: str, limit: int = MAX_NESTING) -> None:
+    """Raise ``NestingTooDeep`` at the first bracket that opens level ``limit + 1``.
+
+    >>> check_nesting(list(tokenize("SELECT * {{{ ?s ?p ?o }}}")), "…", limit=3)
+    >>> check_nesting(list(tokenize("ASK {{{ }}}")), "ASK {{{ }}}", limit=2)
+    Traceback (most recent call last):
+    ...
+    sparql_ext.errors.NestingTooDeep: Syntax error at line 1 column 7: brackets ({, ( or [) are nested more than 2 \
+deep here; this server refuses deeper queries, updates and rules
+    """
+    depth = 0
+    for tok in tokens:
+        if tok.kind is not Kind.PUNCT:
+            continue
+        if tok.text in "{([":
+            depth += 1
+            if depth > limit:
+                raise NestingTooDeep(text, tok.start, limit)
+        elif tok.text in "})]":
+            depth -= 1
+
+
+def check_raw_nesting(text: str, limit: int = MAX_NESTING) -> None:
+    """``check_nesting`` for text the tokenizer cannot read (it is passed to pyoxigraph for its own message):
+    brackets inside strings and IRIs count too, which can only refuse text that is invalid anyway."""
+    depth = 0
+    for offset, char in enumerate(text):
+        if char in "{([":
+            depth += 1
+            if depth > limit:
+                raise NestingTooDeep(text, offset, limit)
+        elif char in "})]":
+            depth -= 1
 
 
 _OPENERS = {"{": "}", "(": ")", "[": "]"}

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 import isodate
 
-from sparql_ext.errors import RevisionSyntaxError
+from sparql_ext.errors import RevisionSyntaxError, TimestampSyntaxError
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,67 @@ RevisionDesignator = Head | RevisionId | Ordinal | Instant
 _HEAD = re.compile(r"HEAD(?:~(?P<back>[0-9]+))?")
 _UUID = re.compile(r"(?:urn:uuid:)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _INTEGER = re.compile(r"[0-9]+")
-_DATETIME = re.compile(r"-?[0-9]{4,}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?"
+_DATETIME = re.compile(r"-?[0-9]{4,}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.(?P<fraction>[0-9]+))?"
                        r"(?P<tz>Z|[+-][0-9]{2}:[0-9]{2})?")
 # A '+' of a timezone offset that a form decoder turned into a space (Jena sends it raw).
 _SPACE_FOR_PLUS = re.compile(r"(T[0-9:.]+) ([0-9]{2}:[0-9]{2})$")
 
 
 MAX_OFFSET = timedelta(hours=14)  # XSD's timezone range
+#: Stream times and windows are kept to the microsecond (``sparql_ext.windowing`` works on integer µs).
+FRACTION_DIGITS_KEPT = 6
+
+
+def parse_datetime_stamp(lexical: str, what: str, *, finer: str = "refuse") -> datetime:
+    """An ``xsd:dateTimeStamp`` (an ``xsd:dateTime`` with a timezone), refused rather than changed: a value finer
+    than a microsecond is a ``TimestampSyntaxError`` (it would be truncated silently otherwise), as is a missing
+    timezone or an offset beyond ±14:00. ``what`` names the value in messages ("timestamp '…'"). With
+    ``finer="ceil"`` a finer value is moved up to the next microsecond instead (for times the server makes itself,
+    such as a rule's ``NOW()``, which has nanoseconds; see ``is_finer_than_micros``).
+
+    >>> parse_datetime_stamp("2020-06-01T12:00:00.5+02:00", "t").isoformat()
+    '2020-06-01T12:00:00.500000+02:00'
+    >>> parse_datetime_stamp("2020-06-01T12:00:01.0000001Z", "timestamp")
+    Traceback (most recent call last):
+    ...
+    sparql_ext.errors.TimestampSyntaxError: timestamp '2020-06-01T12:00:01.0000001Z' is finer than a microsecond; \
+stream times are kept to the microsecond (at most 6 fractional digits of a second that are not zero)
+    """
+    match = _DATETIME.fullmatch(lexical)
+    if match is None:
+        raise TimestampSyntaxError(f"{what} {lexical!r} is not an xsd:dateTime (e.g. 2016-06-20T10:00:00Z)")
+    if match["tz"] is None:
+        raise TimestampSyntaxError(
+            f"{what} {lexical!r} is a dateTime without a timezone (stream times need one: it has no timezone); add "
+            "'Z' or an offset such as '+01:00' (percent-encoded as %2B in a URL)")
+    fraction = match["fraction"] or ""
+    beyond = bool(fraction[FRACTION_DIGITS_KEPT:].strip("0"))
+    if beyond and finer != "ceil":
+        raise TimestampSyntaxError(
+            f"{what} {lexical!r} is finer than a microsecond; stream times are kept to the microsecond (at most "
+            f"{FRACTION_DIGITS_KEPT} fractional digits of a second that are not zero)")
+    # Python reads at most 6 fractional digits: the zeros past them were just checked to be zeros.
+    normalized = lexical[:match.start("fraction")] + fraction[:FRACTION_DIGITS_KEPT] + lexical[match.end("fraction"):] \
+        if fraction else lexical
+    try:
+        moment = isodate.parse_datetime(normalized)
+        offset = moment.utcoffset()
+    except (ValueError, OverflowError, isodate.ISO8601Error) as error:
+        raise TimestampSyntaxError(f"{what} {lexical!r} is not a valid dateTime: {error}") from None
+    if offset is None or abs(offset) > MAX_OFFSET:
+        raise TimestampSyntaxError(f"{what} {lexical!r}: the timezone offset must be between -14:00 and +14:00 "
+                                  "(xsd:dateTime)")
+    return moment + timedelta(microseconds=1) if beyond else moment
+
+
+def is_finer_than_micros(lexical: str) -> bool:
+    """Whether an xsd:dateTime lexical form has non-zero digits past the microsecond.
+
+    >>> is_finer_than_micros("2026-11-24T02:11:41.539255579Z"), is_finer_than_micros("2026-11-24T02:11:41.5392550Z")
+    (True, False)
+    """
+    match = _DATETIME.fullmatch(lexical)
+    return bool(match and (match["fraction"] or "")[FRACTION_DIGITS_KEPT:].strip("0"))
 
 
 def parse_revision(text: str) -> RevisionDesignator:
@@ -75,21 +129,8 @@ def parse_revision(text: str) -> RevisionDesignator:
     if _INTEGER.fullmatch(value):
         return Ordinal(int(value))
     value = _SPACE_FOR_PLUS.sub(r"\1+\2", value)
-    if match := _DATETIME.fullmatch(value):
-        if match["tz"] is None:
-            raise RevisionSyntaxError(
-                f"revision {text!r} is a dateTime without a timezone; add 'Z' or an offset such "
-                "as '+01:00' (percent-encoded as %2B in a URL)"
-            )
-        try:
-            moment = isodate.parse_datetime(value)
-            offset = moment.utcoffset()
-        except (ValueError, OverflowError, isodate.ISO8601Error) as error:
-            raise RevisionSyntaxError(f"revision {text!r} is not a valid dateTime: {error}") from None
-        if offset is None or abs(offset) > MAX_OFFSET:
-            raise RevisionSyntaxError(f"revision {text!r}: the timezone offset must be between -14:00 and +14:00 "
-                                      "(xsd:dateTime)")
-        return Instant(moment)
+    if _DATETIME.fullmatch(value):
+        return Instant(parse_datetime_stamp(value, "revision"))
     if value.startswith("HEAD"):
         raise RevisionSyntaxError(
             f"revision {text!r} is malformed: after HEAD only '~' and a number of revisions "

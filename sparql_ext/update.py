@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from sparql_ext.errors import ProtocolConflict, QuerySyntaxError
 from sparql_ext.iris import resolve_iri
-from sparql_ext.lexer import Kind, Token, matching_close, tokenize
+from sparql_ext.lexer import Kind, Token, check_nesting, matching_close, tokenize
 
 DEFAULT_GRAPH = ""  # the store's default graph in graph sets below
 
@@ -77,6 +77,7 @@ def split_update(
     ['CLEAR', 'INSERT DATA']
     """
     tokens = list(tokenize(text))
+    check_nesting(tokens, text)
     ctx = _Context(text, base_iri)
     operations: list[Operation] = []
     i = 0

@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import isodate
 
-from sparql_ext.errors import RevisionSyntaxError, WindowRefSyntaxError
+from sparql_ext.errors import RevisionSyntaxError, TimestampSyntaxError, WindowRefSyntaxError
 from sparql_ext.revision import Head, Instant, Ordinal, RevisionDesignator, RevisionId, parse_revision
 
 _REPEAT = re.compile(r"R(?P<count>[0-9]+)?")
@@ -165,6 +165,8 @@ def _fail(ref: str, message: str) -> NoReturn:
 def _revision(ref: str, part: str) -> RevisionDesignator:
     try:
         return parse_revision(part)
+    except TimestampSyntaxError as error:  # a dateTime, but not one stream times can be: say exactly why
+        raise WindowRefSyntaxError(f"WINDOWS={ref}: {error.message}") from None
     except RevisionSyntaxError as error:
         detail = f"; {error.message}" if "dateTime" in error.message else ""
         raise WindowRefSyntaxError(f"WINDOWS={ref}: {part!r} is not a revision ({_REVISION_FORMS}){detail}") from None

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import IO
 
 from pyoxigraph import BlankNode, DefaultGraph, Literal, NamedNode, Quad, RdfFormat, parse
 
+from sparql_ext.errors import RevisionSyntaxError
+from sparql_ext.revision import parse_datetime_stamp
 from sparql_ext.windowing import to_micros
 from store.errors import ElementRejected, RdfSyntaxError
 
@@ -33,6 +34,7 @@ class ParsedElement:
     graph: ElementName
     quads: list[Quad] = field(default_factory=list)
     time: int | None = None  # µs since the epoch; None: stamp with receipt time
+    stamp: Literal | None = None  # the timestamp literal exactly as it came (None: written from ``time``)
     offset: int = 0  # bytes of the body read when the element began (the parser reads ahead)
     origin: str | None = None  # what made it, when a rule did ("rule/sequence/window/position"): exactly-once
 
@@ -42,17 +44,12 @@ class ParsedElement:
 
 
 def parse_timestamp(lexical: str, where: str) -> int:
-    """An xsd:dateTimeStamp lexical form (timezone required) as µs since the epoch."""
+    """An xsd:dateTimeStamp lexical form (timezone required, at most microseconds) as µs since the epoch.
+    The literal itself is kept as it came (``ParsedElement.stamp``): the instant only orders and windows."""
     try:
-        value = datetime.fromisoformat(lexical)
-    except ValueError:
-        raise ElementRejected(f"{where}: timestamp {lexical!r} is not an xsd:dateTime") from None
-    if value.tzinfo is None:
-        raise ElementRejected(
-            f"{where}: timestamp {lexical!r} has no timezone (the distinct time-series profile needs "
-            "xsd:dateTimeStamp: add 'Z' or an offset)"
-        )
-    return to_micros(value)
+        return to_micros(parse_datetime_stamp(lexical, f"{where}: timestamp"))
+    except RevisionSyntaxError as error:
+        raise ElementRejected(error.message) from None
 
 
 class _CountingReader:
@@ -150,6 +147,7 @@ class ElementFramer:
         if not isinstance(value, Literal) or value.datatype.value not in _DATETIME_TYPES:
             raise ElementRejected(f"{where}: timestamp {value} is not an xsd:dateTime literal")
         element.time = parse_timestamp(value.value, where)
+        element.stamp = value
 
     def _finish(self, element: ParsedElement) -> ParsedElement:
         self._seen.add(element.graph)

@@ -129,7 +129,8 @@ class ExtendedEvaluator:
                  http: HttpSession | None = None, *, window_timeout: float = 30.0,
                  http_timeout: float = 60.0, pins: dict[tuple[str, str], SelectedWindow] | None = None,
                  cache: StaticResults[Solutions] | None = None, allow_hosts: frozenset[str] | None = None,
-                 preloaded: dict[str, QueryTarget] | None = None) -> None:
+                 preloaded: dict[str, QueryTarget] | None = None,
+                 sequences: dict[tuple[str, str], str] | None = None) -> None:
         self.dataset = dataset
         # SERVICE IRI -> the dataset it names, copied in already (a rule evaluated in a Spark executor, which has
         # the window's quads but no catalog: concentrator/rule_tasks.py)
@@ -139,6 +140,9 @@ class ExtendedEvaluator:
         self.cache: StaticResults[Solutions] = cache if cache is not None else StaticResults()
         # (stream name, canonical repeating WindowRef) -> the window to use instead of the latest (rules)
         self.pins = pins or {}
+        # (stream name, canonical repeating WindowRef) -> the sequence to read its latest window from: a rule's own
+        # (a HEAD ref names another sequence for every registration); without it, the freshest of that ref
+        self.sequences = sequences or {}
         self.catalog = catalog
         self.local_bases = [base.rstrip("/") for base in local_bases]
         self.http = http  # None: SERVICE to other endpoints fails (SILENT: no solutions)
@@ -149,21 +153,24 @@ class ExtendedEvaluator:
         """The same evaluator for a request arriving at other base IRIs (e.g. ``request.host_url``)."""
         return ExtendedEvaluator(self.dataset, self.catalog, local_bases, self.http,
                                  window_timeout=self.window_timeout, http_timeout=self.http_timeout, pins=self.pins,
-                                 cache=self.cache, allow_hosts=self.allow_hosts)
+                                 cache=self.cache, allow_hosts=self.allow_hosts, sequences=self.sequences)
 
-    def for_rule(self, local_bases: list[str], pins: dict[tuple[str, str], SelectedWindow]) -> ExtendedEvaluator:
+    def for_rule(self, local_bases: list[str], pins: dict[tuple[str, str], SelectedWindow],
+                 sequences: dict[tuple[str, str], str] | None = None) -> ExtendedEvaluator:
         """The evaluator a rule firing uses: repeating refs named in ``pins`` resolve to the pinned window,
-        the others to their latest complete window without waiting."""
+        the others to the latest complete window of the rule's own sequence (``sequences``) without waiting."""
         return ExtendedEvaluator(self.dataset, self.catalog, local_bases, self.http, window_timeout=0.0,
                                  http_timeout=self.http_timeout, pins=pins, cache=self.cache,
-                                 allow_hosts=self.allow_hosts)
+                                 allow_hosts=self.allow_hosts, sequences=sequences)
 
     def _window_of(self, stream: Stream, text: str) -> SelectedWindow:
-        if self.pins:
-            pinned = self.pins.get((stream.config.name, str(parse_window_ref(text))))
-            if pinned is not None:
-                return pinned
-        return select_window(stream, text, self.window_timeout)
+        if not (self.pins or self.sequences):
+            return select_window(stream, text, self.window_timeout)
+        key = (stream.config.name, str(parse_window_ref(text)))
+        pinned = self.pins.get(key)
+        if pinned is not None:
+            return pinned
+        return select_window(stream, text, self.window_timeout, self.sequences.get(key))
 
     # -- entry point ------------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 Persisted under ``<data>/rules/NAME.rq`` (the text) and ``NAME.json`` (output stream, base IRI, inputs, status).
 A rule's *inputs* are the repeating windowed IRIs of this server it reads; each is a sequence registered on
-its stream (as ``select_window`` does for repeating refs), and each completed window of one fires the rule.
+its stream when the rule registers (``HEAD`` is the HEAD of that moment; the rule keeps its sequences when it is
+re-registered or reloaded), held while the rule exists, and each completed window of one fires the rule.
 
 - **Constant inputs** are found in the text: ``SERVICE <BASE/streams/NAME?WINDOWS=R…>`` (or a stream alias
   IRI with ``?WINDOWS=R…``), and ``WINDOWS R… { … }`` inside ``SERVICE <BASE/streams/NAME>``.
@@ -238,6 +239,7 @@ class RuleRegistry:
             if query.exists():
                 rule = Rule.from_json(query.read_text(encoding="utf-8"), json.loads(meta.read_text()))
                 self._rules[rule.name] = rule
+                self._hold(rule.inputs, [])
         evaluator.dataset.on_commit.append(lambda _head: self.rediscover())
         self.catalog.on_change.append(lambda _stream: self.rediscover())
 
@@ -282,24 +284,40 @@ class RuleRegistry:
             if self.catalog.find(output_name) is None:
                 self.catalog.put(StreamConfig(output_name))
             old = self._rules.get(name)
-            rule = Rule(name, text, output_name, base.rstrip("/"), self._register(pairs),
+            rule = Rule(name, text, output_name, base.rstrip("/"), self._register(pairs, old.inputs if old else []),
                         old.status if old else RuleStatus(), discovers=bool(analysis.discovered_by), report=report,
                         operator=operator, fired=dict(old.fired) if old else {})
             self._start_after_latest(rule)
             (self.directory / f"{name}.rq").write_text(text, encoding="utf-8")
             self._rules[name] = rule
+            self._hold(rule.inputs, old.inputs if old else [])
             self.save(rule)
             return rule, old is None
 
-    def _register(self, pairs: list[tuple[str, str]]) -> list[RuleInput]:
-        """The inputs, each sequence registered on its stream (once: windows of a ref are shared)."""
+    def _register(self, pairs: list[tuple[str, str]], kept: list[RuleInput]) -> list[RuleInput]:
+        """The inputs, each sequence registered on its stream as the ref resolves now (``HEAD`` is this moment's
+        HEAD; two rules resolving to the same windows share the sequence). An input the rule already had (``kept``:
+        re-registered, reloaded at start-up, re-discovered) keeps its sequence."""
         inputs = []
         for stream_name, ref_text in pairs:
             stream = self.catalog.get(stream_name)
-            sequence = stream.windows.find(ref_text) or stream.register(ref_text, resolve(parse_window_ref(ref_text),
-                                                                                            stream))
+            same = next((i for i in kept if (i.stream, i.ref) == (stream_name, ref_text)
+                         and stream.windows.sequence(i.sequence) is not None), None)
+            if same is not None:
+                inputs.append(same)
+                continue
+            sequence = stream.register(ref_text, resolve(parse_window_ref(ref_text), stream))
             inputs.append(RuleInput(stream_name, ref_text, sequence.id))
         return inputs
+
+    def _hold(self, inputs: list[RuleInput], released: list[RuleInput]) -> None:
+        """A rule holds the sequences it reads (they are never retired while it does); ``released``: its old ones."""
+        for item in inputs:
+            if (stream := self.catalog.find(item.stream)) is not None:
+                stream.windows.hold(item.sequence)
+        for item in released:
+            if (stream := self.catalog.find(item.stream)) is not None:
+                stream.windows.release(item.sequence)
 
     def _start_after_latest(self, rule: Rule) -> None:
         """An input new to the rule starts after its sequence's latest window: a rule fires on windows that
@@ -331,7 +349,8 @@ class RuleRegistry:
                                            f"{rule.output!r} feeds it (a cycle)")
                     else:
                         kept.append(pair)
-                rule.inputs = self._register(kept)
+                before, rule.inputs = rule.inputs, self._register(kept, rule.inputs)
+                self._hold(rule.inputs, before)
                 self._start_after_latest(rule)
                 self.save(rule)
 
@@ -342,8 +361,9 @@ class RuleRegistry:
 
     def delete(self, name: str) -> None:
         with self._lock:
-            self.get(name)
+            rule = self.get(name)
             del self._rules[name]
+            self._hold([], rule.inputs)
             (self.directory / f"{name}.json").unlink(missing_ok=True)
             (self.directory / f"{name}.rq").unlink(missing_ok=True)
 

@@ -2,7 +2,7 @@
 
 A one-shot WindowRef (``HEAD/-PT05M``, a datetime interval, ``HEAD~9/HEAD``) is an index look-up,
 waiting up to ``timeout`` seconds for a prospective window to complete; a repeating one (``R…``)
-is the latest complete window revision of its registered sequence (registered on first use).
+is the latest complete window revision of a registered sequence of that ref (registered when there is none).
 Each selection carries the window's *commit time*, what ``THEN()`` returns over it.
 """
 
@@ -15,7 +15,7 @@ from sparql_ext.windowing import WindowNotResolvable, is_complete, resolve, to_m
 from sparql_ext.windowref import parse_window_ref
 from store.errors import RevisionNotFound, WindowNotComplete
 from store.stream import Stream, format_micros, now_micros
-from store.windows import WindowRevision
+from store.windows import Sequence, WindowRevision
 
 
 @dataclass
@@ -27,13 +27,16 @@ class SelectedWindow:
     commit: int | None = None  # µs: when the concentrator had received all its elements (THEN())
 
 
-def select_window(stream: Stream, text: str, timeout: float) -> SelectedWindow:
+def select_window(stream: Stream, text: str, timeout: float, sequence_id: str | None = None) -> SelectedWindow:
     """The elements of ``stream?WINDOWS=text``: a one-shot window from the timestamp index (waiting
-    for a prospective one to complete), or the latest complete window of a repeating sequence."""
+    for a prospective one to complete), or the latest complete window of a repeating sequence: ``sequence_id``'s
+    (a rule reads its own), else the freshest of those registered with this ref, else a new one."""
     ref = parse_window_ref(text)
     if ref.repeating:
-        canonical = str(ref)
-        sequence = stream.windows.find(canonical) or stream.register(canonical, resolve(ref, stream))
+        sequence = latest_sequence(stream, str(ref), sequence_id)
+        if sequence is None:
+            sequence = stream.register(str(ref), resolve(ref, stream))
+        stream.windows.touch(sequence.id)
         revision = stream.windows.latest(sequence.id) or stream.windows.wait_for_window(sequence.id, 0, timeout)
         if revision is None:
             raise WindowNotComplete(
@@ -56,6 +59,22 @@ def select_window(stream: Stream, text: str, timeout: float) -> SelectedWindow:
     ordinals = list(selected.elements)
     return SelectedWindow(ordinals, bounds_headers(spec.kind, selected.start, selected.end),
                           _commit_of(stream, ordinals[-1] if ordinals else stream.head()))
+
+
+def latest_sequence(stream: Stream, ref: str, sequence_id: str | None = None) -> Sequence | None:
+    """The sequence a one-shot request to a repeating ref reads: ``sequence_id`` if given and live, else the one
+    of those registered with ``ref`` (at different HEADs) whose latest window ends last, else the newest."""
+    if sequence_id is not None and (own := stream.windows.sequence(sequence_id)) is not None:
+        return own
+    candidates = stream.windows.with_ref(ref)
+    if not candidates:
+        return None
+
+    def freshness(sequence: Sequence) -> tuple[int, int]:
+        latest = stream.windows.latest(sequence.id)
+        return (latest.end if latest is not None else -(1 << 62), sequence.registered)
+
+    return max(candidates, key=freshness)
 
 
 def revision_window(kind: str, revision: WindowRevision) -> SelectedWindow:

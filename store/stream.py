@@ -432,7 +432,9 @@ class Stream:
                 continue
             head = ordinal
             quads.extend(element.quads)
-            stamp = Literal(format_micros(element.time), datatype=_XSD_DATETIME)  # type: ignore[arg-type]
+            # the timestamp literal as it came (its offset, its digits); written in UTC only when the stream stamped
+            # the element itself (receipt time)
+            stamp = element.stamp or Literal(format_micros(element.time), datatype=_XSD_DATETIME)  # type: ignore[arg-type]
             quads.append(Quad(element.graph, predicate, stamp, timestamp_graph(ordinal)))
             recent.append((ordinal, [*element.quads, Quad(element.graph, predicate, stamp, DefaultGraph())]))
             graph = str(element.graph)

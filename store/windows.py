@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -103,11 +104,27 @@ class PipelineState:
 
 
 RECENT_WINDOWS_KEPT = 256  # window revisions per sequence kept in memory for continuous readers
+#: A sequence nobody holds (no rule reads it, no continuous response runs on it) and nobody used for this long is
+#: retired: the pipeline stops computing its windows. A client resumes a continuous response within it.
+RETIRE_AFTER_SECONDS = 15 * 60.0
 
 
-def sequence_id(ref: str) -> str:
-    """A stable id for a WindowRef's text (one sequence per distinct ref per stream)."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, ref).hex[:16]
+def anchor_key(spec: WindowSpec) -> str:
+    """What a ref resolved to at registration: its anchor element (``HEAD`` resolves to the HEAD of that moment),
+    else its origin (a dateTime t0, or the first ordinal of a count window).
+
+    >>> anchor_key(WindowSpec("R/HEAD/PT1M", "time", False, None, 60_000_000, 60_000_000, "time", 0, None, 7))
+    'element 7'
+    """
+    return f"element {spec.anchor}" if spec.anchor is not None else f"origin {spec.origin}"
+
+
+def sequence_id(ref: str, spec: WindowSpec, generation: int = 0) -> str:
+    """A stable id for a ref resolved as ``spec``: two registrations that resolve to the same windows share a
+    sequence; ``R3/HEAD/PT1M`` registered at another HEAD is another sequence (its own t0, its own windows).
+    ``generation`` makes a new id for a key whose sequence was retired."""
+    key = f"{ref} @ {anchor_key(spec)}" + (f" #{generation}" if generation else "")
+    return uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:16]
 
 
 class WindowLog:
@@ -125,11 +142,19 @@ class WindowLog:
         self._by_uuid: dict[str, WindowRevision] = {}
         self._emitted: dict[str, int] = {}
         self._recent: dict[str, deque[WindowRevision]] = {}  # the latest windows per sequence (continuous reads)
+        self._holders: dict[str, int] = {}  # sequence -> rules and continuous responses holding it now
+        self._used: dict[str, float] = {}  # sequence -> monotonic time it was last released or used
+        self._retired: set[str] = set()  # ids never given again (a re-registration gets a new generation)
         self.state = PipelineState()
         if self._sequences_path.exists():
-            for entry in json.loads(self._sequences_path.read_text()):
+            saved = json.loads(self._sequences_path.read_text())
+            if isinstance(saved, list):  # the layout before retirement: a list of sequences
+                saved = {"sequences": saved, "retired": []}
+            for entry in saved["sequences"]:
                 sequence = Sequence.from_json(entry)
                 self._sequences[sequence.id] = sequence
+                self._used[sequence.id] = time.monotonic()  # a restart gives every sequence a full grace period
+            self._retired = set(saved["retired"])
         if self._state_path.exists():
             self.state = PipelineState.from_json(json.loads(self._state_path.read_text()))
         self._load_revisions()
@@ -165,8 +190,17 @@ class WindowLog:
     def sequences(self) -> list[Sequence]:
         return list(self._sequences.values())
 
-    def find(self, ref: str) -> Sequence | None:
-        return self._sequences.get(sequence_id(ref))
+    def find(self, ref: str, spec: WindowSpec) -> Sequence | None:
+        """The live sequence of ``ref`` resolved as ``spec``, if one is registered."""
+        with self._changed:
+            ident = self._free_id(ref, spec)
+            return self._sequences.get(ident)
+
+    def with_ref(self, ref: str) -> list[Sequence]:
+        """The live sequences of a ref's text (several for a ``HEAD`` ref registered at different HEADs), oldest
+        first."""
+        with self._changed:
+            return sorted((s for s in self._sequences.values() if s.ref == ref), key=lambda s: s.registered)
 
     def sequence(self, ident: str) -> Sequence | None:
         return self._sequences.get(ident)
@@ -174,14 +208,65 @@ class WindowLog:
     def register(self, ref: str, spec: WindowSpec) -> tuple[Sequence, bool]:
         """Register ``ref`` (resolved as ``spec``); returns the sequence and whether it is new."""
         with self._changed:
-            ident = sequence_id(ref)
+            ident = self._free_id(ref, spec)
             existing = self._sequences.get(ident)
+            self._used[ident] = time.monotonic()
             if existing is not None:
                 return existing, False
             sequence = Sequence(ident, ref, spec, now_micros())
             self._sequences[ident] = sequence
-            write_json(self._sequences_path, [s.to_json() for s in self._sequences.values()])
+            self._save_sequences()
             return sequence, True
+
+    def _free_id(self, ref: str, spec: WindowSpec) -> str:
+        generation = 0
+        while (ident := sequence_id(ref, spec, generation)) in self._retired:
+            generation += 1
+        return ident
+
+    def _save_sequences(self) -> None:
+        write_json(self._sequences_path, {"sequences": [s.to_json() for s in self._sequences.values()],
+                                          "retired": sorted(self._retired)})
+
+    # -- holding and retiring sequences ---------------------------------------------------------
+
+    def hold(self, ident: str) -> None:
+        """A rule or a continuous response reads this sequence: it is not retired while held."""
+        with self._changed:
+            self._holders[ident] = self._holders.get(ident, 0) + 1
+
+    def release(self, ident: str) -> None:
+        with self._changed:
+            held = self._holders.get(ident, 0) - 1
+            if held > 0:
+                self._holders[ident] = held
+            else:
+                self._holders.pop(ident, None)
+            self._used[ident] = time.monotonic()
+
+    def touch(self, ident: str) -> None:
+        """A one-shot request read the sequence's latest window: it stays for another grace period."""
+        with self._changed:
+            self._used[ident] = time.monotonic()
+
+    def retire_idle(self, grace: float = RETIRE_AFTER_SECONDS) -> list[str]:
+        """Retire the sequences nobody holds and nobody used for ``grace`` seconds (their window revisions stay
+        readable by id); returns their ids. The pipeline calls it between batches and forgets their state."""
+        now = time.monotonic()
+        with self._changed:
+            idle = [ident for ident in self._sequences
+                    if ident not in self._holders and now - self._used.get(ident, now) >= grace]
+            if not idle:
+                return []
+            for ident in idle:
+                del self._sequences[ident]
+                self._retired.add(ident)
+                self._used.pop(ident, None)
+            self._save_sequences()
+            return idle
+
+    def retired(self, ident: str) -> bool:
+        return ident in self._retired
 
     # -- revisions ----------------------------------------------------------------------------
 

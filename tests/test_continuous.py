@@ -86,6 +86,32 @@ def test_chunked_documents_and_r3_ends_after_three_windows(server: RunningServer
     assert registrations(server) == []  # R3 ended: the registration is gone
 
 
+def test_a_later_head_subscriber_gets_its_own_t0_and_its_own_three_windows(server: RunningServer) -> None:
+    # HEAD resolves when each request registers (issue 12, item 3). The first subscriber registers at HEAD = a
+    # (10:00:00): windows [0,1) {a,b}, [1,2) {c}, [2,3) {d}. The second registers once d (10:00:02.5) is HEAD:
+    # t0 = 2.5 s, windows [2.5,3.5) {d,e}, [3.5,4.5) {f}, [4.5,5.5) {g} - three of its own, not the first one's tail.
+    url = f"{server.url}/streams/heads"
+    assert requests.put(url, timeout=10).status_code == 201
+    assert requests.post(url, data=element("a", 0), headers=TRIG, timeout=30).ok
+    first = Reader(url, {"WINDOWS": "R3/HEAD/PT1S"}, {"Accept": "application/n-quads"})
+    first.start()
+    wait_registered(server, 1)
+    body = "".join(element(n, s) for n, s in (("b", 0.5), ("c", 1.2), ("d", 2.5)))
+    assert requests.post(url, data=body, headers=TRIG, timeout=30).ok
+    second = Reader(url, {"WINDOWS": "R3/HEAD/PT1S"}, {"Accept": "application/n-quads"})
+    second.start()
+    wait_registered(server, 2)
+    body = "".join(element(n, s) for n, s in (("e", 3.1), ("f", 4), ("g", 5), ("h", 6)))
+    assert requests.post(url, data=body, headers=TRIG, timeout=30).ok
+    assert first.ended.wait(60) and second.ended.wait(60), (first.chunks, second.chunks)
+    assert [graphs_of_nquads(chunk) for chunk in first.chunks] == [
+        {"<http://ex/a>", "<http://ex/b>"}, {"<http://ex/c>"}, {"<http://ex/d>"}]
+    assert [graphs_of_nquads(chunk) for chunk in second.chunks] == [
+        {"<http://ex/d>", "<http://ex/e>"}, {"<http://ex/f>"}, {"<http://ex/g>"}]
+    assert first.response is not None and second.response is not None
+    assert first.response.headers["Window-Sequence"] != second.response.headers["Window-Sequence"]
+
+
 def test_rn_of_backward_windows_sends_n_windows(server: RunningServer) -> None:
     # Repeating backward windows are numbered from 1: (t0 + k·1 s − 1 s, t0 + k·1 s], k = 1, 2, … With t0 = the
     # first element (a, 10:00:00): window 1 = (0 s, 1 s] {b}, window 2 = (1 s, 2 s] {c}; R2 ends after those two.

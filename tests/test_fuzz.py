@@ -23,12 +23,14 @@ from bench.fuzz import (
     QUERY_SEEDS,
     Server,
     check_checked_query,
+    check_deep_sparql,
     check_parse_extended,
     check_store_upload,
     check_stream_get,
     check_stream_upload,
     check_time_param,
     check_window_ref,
+    deep_texts,
     get_inputs,
     nquads_inputs,
     query_inputs,
@@ -131,6 +133,12 @@ def test_fuzz_stream_windows_and_query(server: Server, params: tuple[str, str | 
 @given(time_param_inputs())
 def test_fuzz_time_parameters(server: Server, params: tuple[str, str]) -> None:
     check_time_param(server, *params)
+
+
+@HTTP
+@given(deep_texts())
+def test_fuzz_deeply_nested_queries_and_updates(server: Server, text: str) -> None:
+    check_deep_sparql(server, text)
 
 
 # -- failures the fuzzer found, fixed: regression tests ------------------------

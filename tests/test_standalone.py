@@ -7,12 +7,17 @@ from the modules under test: the W3C manifests the runners name, CSRBench's 34 e
 
 from __future__ import annotations
 
+import configparser
 import os
+import re
 import shutil
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from conformance import clients, csrbench, csrbench_expected, w3c
 from conformance.server import REPO_ROOT
@@ -20,6 +25,8 @@ from conformance.server import REPO_ROOT
 SUITES = REPO_ROOT / "conformance" / "suites"
 W3C_MANIFESTS = ("protocol/manifest.ttl", "graph-store-protocol/manifest-direct.ttl",
                  "graph-store-protocol/manifest-indirect.ttl", "service/manifest.ttl", "construct/manifest.ttl")
+CONSTRAINTS = REPO_ROOT / "constraints.txt"
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)$")
 
 
 def _inside_repository(path: Path) -> bool:
@@ -87,3 +94,76 @@ def test_no_tracked_file_reads_beside_the_repository() -> None:
         text = path.read_bytes().decode("utf-8", errors="replace")
         offenders += [f"{name}: {p}" for p in patterns if p in text]
     assert offenders == []
+
+
+# --- item 14: a lock of every package, used by make ----------------------------------------------------------
+
+
+def _pins() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for line in CONSTRAINTS.read_text("utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = PIN.match(line)
+        assert match, f"constraints.txt: not a name==version pin: {line!r}"
+        pins[canonicalize_name(match[1])] = match[2]
+    return pins
+
+
+def _direct_requirements() -> list[Requirement]:
+    config = configparser.ConfigParser()
+    config.read(REPO_ROOT / "setup.cfg")
+    lines = config["options"]["install_requires"].splitlines() + config["options.extras_require"]["test"].splitlines()
+    return [Requirement(line) for line in lines if line.strip()]
+
+
+def test_constraints_keep_the_direct_pins_of_setup_cfg() -> None:
+    pins = _pins()
+    for requirement in _direct_requirements():
+        (specifier,) = requirement.specifier
+        assert pins.get(canonicalize_name(requirement.name)) == specifier.version, requirement
+
+
+def test_constraints_pin_every_transitive_dependency() -> None:
+    """Walk the installed packages' requirements from setup.cfg's: each one reached is pinned, at the version
+    installed here (the test environment was installed from the lock)."""
+    pins = _pins()
+    todo = [(canonicalize_name(r.name), frozenset(r.extras)) for r in _direct_requirements()]
+    seen: set[tuple[str, frozenset[str]]] = set()
+    while todo:
+        name, extras = todo.pop()
+        if (name, extras) in seen:
+            continue
+        seen.add((name, extras))
+        assert name in pins, f"{name} is installed as a dependency but not pinned in constraints.txt"
+        assert metadata.version(name) == pins[name], name
+        for text in metadata.requires(name) or []:
+            requirement = Requirement(text)
+            wanted = requirement.marker is None or any(
+                requirement.marker.evaluate({"extra": extra}) for extra in (extras or {""}))
+            if wanted:
+                todo.append((canonicalize_name(requirement.name), frozenset(requirement.extras)))
+    assert len(seen) >= 30  # flask, pyspark, pandas, pytest … and theirs
+
+
+def _make_dry_run(target: str) -> str:
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    done = subprocess.run(["make", "-n", "-B", target], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_make_installs_from_the_lock_and_shows_progress() -> None:
+    commands = _make_dry_run(".venv/installed")
+    installs = [line for line in commands.splitlines() if "pip install" in line and ".[test]" in line]
+    assert len(installs) == 1 and "-c constraints.txt" in installs[0], commands
+    assert "--quiet" not in commands and " -q " not in commands
+    assert re.search(r"echo .*installing ~900 MB", commands), commands
+
+
+def test_make_lock_freezes_a_fresh_environment_into_constraints() -> None:
+    commands = _make_dry_run("lock")
+    assert "-m venv" in commands and "pip freeze --exclude-editable" in commands and "constraints.txt" in commands
+    assert "-c constraints.txt" not in commands  # resolved afresh from setup.cfg, not from the old lock

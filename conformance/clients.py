@@ -1,7 +1,7 @@
 """Run real SPARQL engines (Apache Jena ARQ 4.5, Comunica 5.4) as clients, as subprocesses.
 
 Install both with ``bash .ci/install-clients``: Jena from Debian's ``libapache-jena-java`` (jars
-only, run through ``<repo>/../shared/tools/jena-classpath.sh``), Comunica
+only, run through ``conformance/tools/jena-classpath.sh``), Comunica
 (``@comunica/query-sparql@5.4``) with npm into ``$CONCENTRATOR_CLIENTS_DIR`` (default
 ``~/.cache/concentrator-clients``).
 
@@ -95,8 +95,9 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_TOOLS = Path(os.environ.get("CONCENTRATOR_SHARED_TOOLS") or REPO_ROOT.parent / "shared" / "tools")
-JENA_CLASSPATH_SCRIPT = SHARED_TOOLS / "jena-classpath.sh"
+# $CONCENTRATOR_SHARED_TOOLS: another folder holding jena-classpath.sh (the name predates the in-repository copy)
+TOOLS_DIR = Path(os.environ.get("CONCENTRATOR_SHARED_TOOLS") or REPO_ROOT / "conformance" / "tools")
+JENA_CLASSPATH_SCRIPT = TOOLS_DIR / "jena-classpath.sh"
 JENA_ARQ_JAR = Path("/usr/share/java/jena-arq.jar")
 CLIENTS_DIR = Path(os.environ.get("CONCENTRATOR_CLIENTS_DIR") or Path.home() / ".cache" / "concentrator-clients")
 COMUNICA_BIN = CLIENTS_DIR / "node_modules" / ".bin" / "comunica-sparql"
@@ -134,7 +135,7 @@ def skip_reason_jena() -> str | None:
     if shutil.which("java") is None:
         return "Jena ARQ: no `java` on PATH (install a JRE, e.g. apt-get install default-jre-headless)"
     if not JENA_CLASSPATH_SCRIPT.is_file():
-        return f"Jena ARQ: {JENA_CLASSPATH_SCRIPT} not found (clone the repository with shared/ beside it)"
+        return f"Jena ARQ: {JENA_CLASSPATH_SCRIPT} not found (it is part of the repository: is the clone complete?)"
     return None
 
 

@@ -1,7 +1,7 @@
 """A CSRBench oracle in Python: are C-SPARQL's and CQELS's answers correct evaluations?
 
 The idea is the CSRBench oracle's (Dell'Aglio et al., "On Correctness in RDF Stream Processor
-Benchmarking", ISWC 2013; ``../shared/conformance/csrbench/README.md``): replay the stream
+Benchmarking", ISWC 2013; ``conformance/suites/csrbench/README.md``): replay the stream
 ``data/data_NN.ttl`` (one element per file, timestamp NN s), evaluate each of the 7 queries of
 ``resources/srbench-queries.properties`` window by window under a system's configuration (report
 policy + stream operator), and accept the system's answer when it equals one of the outputs that
@@ -63,7 +63,7 @@ from conformance.server import running_server
 from sparql_ext import ListIndex, Reporter, parse_report, parse_window_ref, resolve, window, windows
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CSRBENCH = REPO_ROOT.parent / "shared" / "conformance" / "csrbench"
+DEFAULT_CSRBENCH = REPO_ROOT / "conformance" / "suites" / "csrbench"
 QUERIES = tuple(str(n) for n in range(1, 8))
 SECOND = 1_000_000  # µs
 XSD = "http://www.w3.org/2001/XMLSchema#"

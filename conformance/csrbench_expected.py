@@ -39,7 +39,7 @@ from rdflib import BNode, Dataset, Graph, URIRef
 rdflib.NORMALIZE_LITERALS = False
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CSRBENCH = REPO_ROOT.parent / "shared" / "conformance" / "csrbench"
+DEFAULT_CSRBENCH = REPO_ROOT / "conformance" / "suites" / "csrbench"
 DEFAULT_OUT = REPO_ROOT / "conformance" / "csrbench_expected.json"
 QUERIES = ("1", "2", "3")
 ELEMENT_IRI = "urn:csrbench:element:{:02d}"  # only used as graph names in this script

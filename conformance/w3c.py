@@ -37,9 +37,7 @@ from rdflib.term import Node
 from conformance import server  # noqa: E402
 
 REPO_ROOT = server.REPO_ROOT
-DEFAULT_TESTS_DIR = (
-    REPO_ROOT.parent / "shared" / "conformance" / "w3c-rdf-tests" / "sparql" / "sparql11"
-)
+DEFAULT_TESTS_DIR = REPO_ROOT / "conformance" / "suites" / "w3c-rdf-tests" / "sparql" / "sparql11"
 TESTS_DIR_ENV = "W3C_TESTS_DIR"
 REQUEST_TIMEOUT = 30.0
 STARTUP_TIMEOUT = 60.0

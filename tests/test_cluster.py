@@ -19,11 +19,10 @@ from typing import Any
 import pytest
 import requests
 
-from conformance.csrbench import DEFAULT_CSRBENCH, Benchmark, ServerRun, judge_ours, server_run
+from conformance.csrbench import Benchmark, ServerRun, judge_ours, server_run
 from conformance.spark_cluster import StandaloneCluster, standalone_cluster
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not (DEFAULT_CSRBENCH / "data").exists(), reason="CSRBench data not found")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -16,15 +16,13 @@ import requests
 from conformance.clients import solutions_from_json
 from conformance.server import REPO_ROOT, RunningServer, running_server
 
-DATA = REPO_ROOT.parent / "shared" / "conformance" / "csrbench" / "data"
+DATA = REPO_ROOT / "conformance" / "suites" / "csrbench" / "data"
 EXPECTED = json.loads((REPO_ROOT / "conformance" / "csrbench_expected.json").read_text())
 END_OF_STREAM = "1970-01-01T00:00:40Z"  # punctuation: closes q1's last window [30 s, 40 s)
 
 
 @pytest.fixture(scope="module")
 def replayed() -> Iterator[tuple[RunningServer, str]]:
-    if not DATA.exists():
-        pytest.skip(f"CSRBench data not found at {DATA}")
     with running_server() as server:
         url = server.url + "/streams/csrbench"
         assert requests.put(url).status_code == 201

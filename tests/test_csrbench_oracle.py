@@ -16,7 +16,6 @@ import pytest
 
 from conformance.csrbench import (
     CONFIGURATIONS,
-    DEFAULT_CSRBENCH,
     Benchmark,
     OurVerdict,
     Response,
@@ -27,8 +26,6 @@ from conformance.csrbench import (
     our_table,
     table,
 )
-
-pytestmark = pytest.mark.skipif(not (DEFAULT_CSRBENCH / "data").exists(), reason="CSRBench data not found")
 
 
 @pytest.fixture(scope="module")

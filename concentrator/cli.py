@@ -28,6 +28,23 @@ def _spark_conf(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _rules_folder(text: str) -> Path:
+    """``--rules``: a folder that exists (a typo would otherwise start a server, or a replay, with no rules)."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such folder (give a folder of NAME.rq rule files)")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: give the folder of NAME.rq rule files "
+                                         "it is in")
+    return path
+
+
+def _warn_if_no_rules(command: str, rules: Path | None) -> None:
+    if rules is not None and not any(rules.glob("*.rq")):
+        print(f"concentrator {command}: warning: the rules folder {rules} holds no NAME.rq file: no rule will fire",
+              file=sys.stderr)
+
+
 def _size(text: str) -> int:
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
     text = text.strip().lower()
@@ -71,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--rules-on", choices=PLACEMENTS, default="auto",
                        help="where rule firings are evaluated: auto (Spark executors with a cluster master, the driver "
                             "in local mode), driver, or executors (docs/deployment.md)")
-    serve.add_argument("--rules", type=Path, default=None,
-                       help="a directory of rules: NAME.rq files whose first line is '# output: <IRI-or-stream-name>'")
+    serve.add_argument("--rules", type=_rules_folder, default=None,
+                       help="a folder of rules: NAME.rq files whose first line is '# output: <IRI-or-stream-name>'")
     serve.add_argument("--no-pipeline", action="store_true",
                        help="do not start Spark: one-shot windows work, repeating (R…) windows never complete")
     serve.add_argument("--token", default=os.environ.get("CONCENTRATOR_TOKEN"),
@@ -94,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay = commands.add_parser("replay", help="run recorded streams through rules on Spark and write the outputs")
     replay.add_argument("files", type=Path, nargs="+", metavar="FILE",
                         help="a recorded stream (TriG / N-Quads with timestamps); the stream is named by its stem")
-    replay.add_argument("--rules", type=Path, required=True, help="a rules directory (as for serve --rules)")
+    replay.add_argument("--rules", type=_rules_folder, required=True, help="a rules folder (as for serve --rules)")
     replay.add_argument("--out", type=Path, required=True, help="where the rules' output streams go (TriG)")
     replay.add_argument("--base", type=Path, help="base data for the dataset (TriG / Turtle / N-Quads)")
     replay.add_argument("--alias", action="append", default=[], metavar="NAME=IRI",
@@ -191,6 +208,8 @@ def build_app(config: ServerConfig, spark_master: str | None, rules_dir: Path | 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("serve", "replay"):
+        _warn_if_no_rules(args.command, args.rules)
     if args.command == "serve":
         from concentrator.server import serve
 

@@ -11,6 +11,7 @@ import sys
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from concentrator.rule_tasks import PLACEMENTS
 from protocol import ServerConfig
@@ -26,6 +27,23 @@ def _spark_conf(text: str) -> tuple[str, str]:
     if not sep or not key.startswith("spark."):
         raise argparse.ArgumentTypeError(f"{text!r}: write spark.KEY=VALUE")
     return key, value
+
+
+def _rules_folder(text: str) -> Path:
+    """``--rules``: a folder that exists (a typo would otherwise start a server, or a replay, with no rules)."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such folder (give a folder of NAME.rq rule files)")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: give the folder of NAME.rq rule files "
+                                         "it is in")
+    return path
+
+
+def _warn_if_no_rules(command: str, rules: Path | None) -> None:
+    if rules is not None and not any(rules.glob("*.rq")):
+        print(f"concentrator {command}: warning: the rules folder {rules} holds no NAME.rq file: no rule will fire",
+              file=sys.stderr)
 
 
 def _size(text: str) -> int:
@@ -71,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--rules-on", choices=PLACEMENTS, default="auto",
                        help="where rule firings are evaluated: auto (Spark executors with a cluster master, the driver "
                             "in local mode), driver, or executors (docs/deployment.md)")
-    serve.add_argument("--rules", type=Path, default=None,
-                       help="a directory of rules: NAME.rq files whose first line is '# output: <IRI-or-stream-name>'")
+    serve.add_argument("--rules", type=_rules_folder, default=None,
+                       help="a folder of rules: NAME.rq files whose first line is '# output: <IRI-or-stream-name>'")
     serve.add_argument("--no-pipeline", action="store_true",
                        help="do not start Spark: one-shot windows work, repeating (R…) windows never complete")
     serve.add_argument("--token", default=os.environ.get("CONCENTRATOR_TOKEN"),
@@ -94,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay = commands.add_parser("replay", help="run recorded streams through rules on Spark and write the outputs")
     replay.add_argument("files", type=Path, nargs="+", metavar="FILE",
                         help="a recorded stream (TriG / N-Quads with timestamps); the stream is named by its stem")
-    replay.add_argument("--rules", type=Path, required=True, help="a rules directory (as for serve --rules)")
+    replay.add_argument("--rules", type=_rules_folder, required=True, help="a rules folder (as for serve --rules)")
     replay.add_argument("--out", type=Path, required=True, help="where the rules' output streams go (TriG)")
     replay.add_argument("--base", type=Path, help="base data for the dataset (TriG / Turtle / N-Quads)")
     replay.add_argument("--alias", action="append", default=[], metavar="NAME=IRI",
@@ -127,13 +145,73 @@ def run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_http_url(text: str) -> bool:
+    parts = urlsplit(text)
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def _tail_usage_error(url: str, window_ref: str) -> str | None:
+    """What is wrong with ``tail URL WINDOWS`` (one line saying how to write it), or None."""
+    from sparql_ext.errors import WindowRefSyntaxError
+    from sparql_ext.windowref import parse_window_ref
+
+    if not _is_http_url(url) and _is_window_ref(url):
+        return f"the arguments are swapped: write concentrator tail {window_ref} {url}"
+    if not _is_http_url(url):
+        if "://" not in url:
+            return f"{url!r} is not a URL: write http://{url}"
+        return f"{url!r}: give an http:// or https:// URL, e.g. http://127.0.0.1:8080/streams/hr"
+    try:
+        ref = parse_window_ref(window_ref)
+    except WindowRefSyntaxError as error:
+        return str(error)
+    if not ref.repeating:
+        return (f"{window_ref!r} is one window: tail needs a repeating WindowRef (R/…), e.g. R/HEAD/PT05M/PT01M "
+                f"(GET {url}?WINDOWS={window_ref} answers the one window)")
+    return None
+
+
+def _is_window_ref(text: str) -> bool:
+    from sparql_ext.errors import WindowRefSyntaxError
+    from sparql_ext.windowref import parse_window_ref
+
+    try:
+        parse_window_ref(text)
+    except WindowRefSyntaxError:
+        return False
+    return True
+
+
+def _os_reason(error: BaseException) -> str:
+    """The operating system's words for a failed connection (e.g. 'Connection refused'), found among its causes
+    (requests wraps urllib3's error, which wraps the socket's)."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        cause = cause.__cause__ or cause.__context__
+    return str(error)
+
+
 def tail(args: argparse.Namespace) -> int:
     """Print each window of a continuous response as it completes, under a one-line header."""
+    import requests
+
     from concentrator.client import ClientError, windows
 
+    problem = _tail_usage_error(args.url, args.windows)
+    if problem is not None:
+        print(f"concentrator tail: {problem}", file=sys.stderr)
+        return 2
+    server = "{0.scheme}://{0.netloc}".format(urlsplit(args.url))
+    if sys.stderr.isatty():  # a person watching: say why nothing appears yet (windows can be minutes apart)
+        print(f"concentrator tail: waiting for the first window of {args.windows} (Ctrl-C stops)", file=sys.stderr,
+              flush=True)
+    received = 0
     try:
         for window in windows(args.url, args.windows, query=args.query, format=args.format, report=args.report,
                               operator=args.operator):
+            received += 1
             print(f"# window {window.index} [{window.start}, {window.end}) committed {window.committed}", flush=True)
             sys.stdout.write(window.body.decode("utf-8"))
             if not window.body.endswith(b"\n"):
@@ -141,6 +219,16 @@ def tail(args: argparse.Namespace) -> int:
             sys.stdout.flush()
     except ClientError as error:
         print(f"concentrator tail: {error}", file=sys.stderr)
+        return 1
+    except requests.ConnectionError as error:
+        if received:
+            print(f"concentrator tail: the connection to {server} was lost: {_os_reason(error)}", file=sys.stderr)
+        else:
+            print(f"concentrator tail: no server answers at {server}: is it running? ({_os_reason(error)})",
+                  file=sys.stderr)
+        return 1
+    except requests.RequestException as error:
+        print(f"concentrator tail: the response from {server} failed: {_os_reason(error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         pass
@@ -191,6 +279,8 @@ def build_app(config: ServerConfig, spark_master: str | None, rules_dir: Path | 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("serve", "replay"):
+        _warn_if_no_rules(args.command, args.rules)
     if args.command == "serve":
         from concentrator.server import serve
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from email.message import Message
 from typing import Any
 
 import requests
@@ -164,7 +165,9 @@ def windows(url: str, window_ref: str, query: str | None = None, format: str | N
             session: requests.Session | None = None, resume: bool = False, give_up: float = 120.0,
             ) -> Iterator[Window]:
     """Iterate the windows of a continuous response on ``url?WINDOWS=window_ref`` (``R…``) as they complete.
-    Ends when the response ends (``Rn``); closing the iterator disconnects.
+    Ends when the response ends (``Rn``); closing the iterator disconnects. Raises ClientError when the server
+    refuses (4xx, 5xx: its answer) or answers something other than a continuous response (a one-shot ref);
+    without ``resume``, a server that cannot be reached raises requests' ``ConnectionError``.
 
     ``resume=True``: a dropped connection, or a server that restarts within ``give_up`` seconds, does not end the
     iteration: the client reconnects (backing off from 0.25 s to 5 s) with ``after=`` the last window it received
@@ -181,6 +184,8 @@ def windows(url: str, window_ref: str, query: str | None = None, format: str | N
             yield from _windows_once(http, url, params, _Position())
         except _Truncated:
             pass  # the response was cut: without resume, the iteration just ends
+        except _Unavailable as error:
+            raise ClientError(str(error)) from None  # without resume, a 5xx is the server's answer like a 4xx
         return
     position, backoff = _Position(), Backoff(give_up)
     while True:
@@ -231,8 +236,8 @@ def _windows_once(http: requests.Session, url: str, params: dict[str, str], posi
             raise ClientError(f"{response.status_code}: {response.text.strip()}")
         if response.status_code == 204:
             return  # resumed past the last window of an Rn ref: nothing was left
+        boundary = _multipart_boundary(response, params["WINDOWS"])
         position.opened(response.headers)
-        boundary = response.headers["Content-Type"].split("boundary=", 1)[1].strip('"')
         for headers, body in _parts(response.iter_content(chunk_size=None), boundary.encode()):
             if "Window-Index" not in headers:
                 position.notice = body.decode("utf-8", errors="replace").strip()
@@ -242,6 +247,21 @@ def _windows_once(http: requests.Session, url: str, params: dict[str, str], posi
                             headers.get("Window-Committed", ""), headers.get("Content-Type", ""), body)
             position.last = window.index
             yield window
+
+
+def _multipart_boundary(response: requests.Response, window_ref: str) -> str:
+    """The boundary of a continuous response; any other answer (a one-shot ref's single window) is refused."""
+    content_type = response.headers.get("Content-Type", "")
+    header = Message()
+    header["Content-Type"] = content_type
+    boundary = header.get_param("boundary")
+    if header.get_content_type() == "multipart/mixed" and isinstance(boundary, str) and boundary:
+        return boundary
+    url = response.url.split("?", 1)[0]
+    why = (f"it needs a repeating WindowRef (R/…), and {window_ref!r} is one window"
+           if not window_ref.lstrip().startswith("R") else "is there a proxy in between?")
+    raise ClientError(f"{url} answered {content_type or 'without a Content-Type'}, not a continuous response "
+                      f"(multipart/mixed): {why}")
 
 
 def _parts(chunks: Iterable[bytes], boundary: bytes) -> Iterator[tuple[dict[str, str], bytes]]:

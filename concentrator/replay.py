@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,13 +64,18 @@ def replay(files: list[Path], rules_dir: Path, out: Path, *, base_data: Path | N
     from store.streams import StreamCatalog
 
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="concentrator-replay-") as scratch:
-        data = Path(scratch)
+    # Closed in reverse order of opening, each even if another's close fails: the pipeline (its batches write to
+    # the streams), the streams and the dataset (their stores write files until closed), then the directory.
+    with ExitStack() as closing:
+        data = Path(closing.enter_context(tempfile.TemporaryDirectory(prefix="concentrator-replay-")))
         dataset = RevisionedDataset(data / "data")
+        closing.callback(dataset.close)
         catalog = StreamCatalog(data / "streams")
+        closing.callback(catalog.close)
         if base_data is not None:
             rdf_format = RdfFormat.from_extension(base_data.suffix.lstrip(".")) or RdfFormat.TRIG
-            dataset.add(dataset.stage(base_data.open("rb"), rdf_format))
+            with base_data.open("rb") as source:
+                dataset.add(dataset.stage(source, rdf_format))
         names = [path.stem for path in files]
         for name in dict.fromkeys([*names, *(aliases or {})]):  # an alias without a file: an empty stream
             catalog.put(StreamConfig(name, aliases=(aliases or {}).get(name, [])))
@@ -82,17 +88,14 @@ def replay(files: list[Path], rules_dir: Path, out: Path, *, base_data: Path | N
         runner = RuleRunner(registry, evaluator, placement=rules_on, spark_master=spark_master,
                             pool=ExecutorPool(lambda: pipeline.spark))
         pipeline.on_windows.append(runner.on_windows)
-        pipeline.start_in_background()
-        try:
-            total = _feed(files, names, catalog, progress)
-            _punctuate(catalog, names)
-            windows = _settle(catalog, registry, pipeline, progress, total, started + timeout)
-            outputs = {rule.output for rule in registry.rules()}
-            counts = _write(catalog, sorted(outputs), out)
-        finally:
-            pipeline.stop(stop_session=True)
-            catalog.close()
-            dataset.close()
+        closing.callback(pipeline.stop, stop_session=True)
+        starting = pipeline.start_in_background()
+        closing.callback(starting.join)  # a stop before the query runs would not stop the query started after it
+        total = _feed(files, names, catalog, progress)
+        _punctuate(catalog, names)
+        windows = _settle(catalog, registry, pipeline, progress, total, started + timeout)
+        outputs = {rule.output for rule in registry.rules()}
+        counts = _write(catalog, sorted(outputs), out)
     if progress:
         print(file=sys.stderr)
     return ReplaySummary(total, windows, counts, round(time.monotonic() - started, 1))

@@ -418,9 +418,14 @@ class RevisionedDataset:
             self._cache.pop(self._oldest_readable - 1, None)
 
     def close(self) -> None:
+        """Flush and release the store (RocksDB's lock and files): its directory may be removed or reopened
+        once this returns. The dataset is unusable afterwards."""
         with self._writer, self._lock.write():
+            if self._store is None:
+                return
             self._store.flush()
             self._cache.clear()
+            self._store = None  # type: ignore[assignment] - the last reference: pyoxigraph closes the store
 
 
 def _texts(graphs: Iterable[GraphName], *, named_only: bool = False) -> tuple[str, ...]:

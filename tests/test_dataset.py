@@ -152,6 +152,18 @@ def test_history_survives_restart(tmp_path: Path) -> None:
     assert objects(again, 1) == {"a"} and objects(again) == {"b"}
 
 
+def test_close_releases_the_store(tmp_path: Path) -> None:
+    """Once close() returns, nothing holds the store's files (its lock included), even while the closed object is
+    still referenced: the directory can be opened again, or removed without an open store writing into it."""
+    ds = RevisionedDataset(tmp_path / "d")
+    put(ds, G, '<http://ex/s> <http://ex/p> "a" .')
+    ds.close()
+    again = RevisionedDataset(tmp_path / "d")  # RocksDB refuses a second open of a store that is still open
+    assert again.head == 1 and objects(again) == {"a"}
+    again.close()
+    assert ds is not None  # the first object outlived both opens
+
+
 def test_update_on_a_graph_named_with_a_hash_namespace_keeps_exact_history(dataset: RevisionedDataset) -> None:
     # ex:g is <http://ex.org/ns#g>: resolving the prefix against the base must keep the '#', or the
     # update would snapshot the wrong graph and record a wrong delta (found while writing issue 4).

@@ -8,11 +8,17 @@ window [10:09:30, 10:14:30) holds the single reading 125 (an 8th alert). The cha
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import pytest
 from pyoxigraph import RdfFormat, Store
+
+import concentrator.replay as replay_module
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "connected-patient"
@@ -48,3 +54,61 @@ def test_replay_connected_patient(tmp_path: Path) -> None:
                       ("2016-06-20T10:07:30Z", "124"), ("2016-06-20T10:09:30Z", "125")]
     pages = list(store.query("SELECT ?p { GRAPH ?p { ?p a <http://localhost/local-records#Page> } }"))
     assert len(pages) == 8
+
+
+# --- clean-up (issue 12 item 4) ---------------------------------------------------------------------------------
+
+XSD_DATETIME = "http://www.w3.org/2001/XMLSchema#dateTime"
+PROV = "http://www.w3.org/ns/prov#generatedAtTime"
+COUNT_RULE = """# output: counts
+# report: non-empty-content
+CONSTRUCT { <urn:count> <urn:n> ?n }
+WHERE { SERVICE <streams/hr?WINDOWS=R/2016-06-20T10:00:00Z/PT01M> {
+  SELECT (COUNT(*) AS ?n) { GRAPH ?g { ?s ?p ?o } } } }
+"""
+
+
+def _open_under(directory: Path) -> list[str]:
+    """The files under ``directory`` this process holds open (an open store holds its lock file, its log...)."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the fd of the listing itself is gone by now
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(f"{directory}/"):
+                held.append(target)
+    return held
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to see open files")
+def test_replay_closes_every_store_before_removing_its_scratch_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scratch directory is removed only once nothing in it is open: an open store (RocksDB) still writes
+    files there, and removing the directory under it fails with 'Directory not empty: store'."""
+    held_at_cleanup: list[list[str]] = []
+
+    class Scratch(tempfile.TemporaryDirectory):  # type: ignore[type-arg]
+        def cleanup(self) -> None:
+            held_at_cleanup.append(_open_under(Path(self.name)))
+            super().cleanup()
+
+    monkeypatch.setattr(replay_module.tempfile, "TemporaryDirectory", Scratch)
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "count.rq").write_text(COUNT_RULE)
+    recording = tmp_path / "hr.trig"
+    recording.write_text("".join(
+        f'<http://ex/e{i}> <{PROV}> "2016-06-20T{at}Z"^^<{XSD_DATETIME}> .\n'
+        f"<http://ex/e{i}> {{ <http://ex/s> <http://ex/v> {i} }}\n"
+        for i, at in enumerate(["10:00:00", "10:00:30", "10:01:10"])))
+    out = tmp_path / "out.trig"
+
+    summary = replay_module.replay([recording], rules, out, progress=False, timeout=300)
+
+    assert held_at_cleanup == [[]]
+    # By hand: tumbling minutes from 10:00 hold 2 elements ([10:00, 10:01)) and 1 ([10:01, 10:02)); the later
+    # windows up to the closing punctuation are empty and not reported (non-empty-content).
+    assert summary.elements == 3 and summary.outputs == {"counts": 2}
+    store = Store()
+    store.load(path=str(out), format=RdfFormat.TRIG)
+    counts = [row["n"].value for row in store.query("SELECT ?n { GRAPH ?g { <urn:count> <urn:n> ?n } } ORDER BY ?n")]
+    assert counts == ["1", "2"]

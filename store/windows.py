@@ -20,14 +20,13 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from sparql_ext.window_state import PipelineState, Runs
 from sparql_ext.windowing import WindowSpec
 from store.history import fsync_file
 from store.stream import now_micros, write_json
-
-Runs = tuple[tuple[int, int], ...]  # inclusive ordinal ranges, ascending
 
 
 @dataclass(frozen=True)
@@ -75,32 +74,6 @@ class WindowRevision:
     def from_json(cls, data: dict) -> WindowRevision:  # type: ignore[type-arg]
         runs = tuple((first, last) for first, last in data["runs"])
         return cls(data["s"], data["k"], data["start"], data["end"], runs, data["c"], data["u"])
-
-
-@dataclass
-class PipelineState:
-    """What the pipeline must remember between batches (and across restarts)."""
-
-    batch: int = -1  # last Spark batch id applied
-    watermark: int | None = None  # stream time known to have passed, µs
-    open: dict[str, dict[int, list[list[int]]]] = field(default_factory=dict)  # sequence -> k -> runs
-    next_index: dict[str, int] = field(default_factory=dict)  # sequence -> next window to materialize
-    origins: dict[str, int] = field(default_factory=dict)  # sequence -> t0 bound after registration
-    # The pipeline's own view of the log, so that a replayed batch decides exactly as the first run did
-    # (the stream index may be ahead of what the pipeline has read):
-    stream_time: int | None = None  # max element timestamp or punctuation read so far, µs
-    seen: int = 0  # last element ordinal read so far (count windows complete against it)
-
-    def to_json(self) -> dict[str, object]:
-        return {"batch": self.batch, "watermark": self.watermark, "next_index": self.next_index,
-                "origins": self.origins, "stream_time": self.stream_time, "seen": self.seen,
-                "open": {seq: {str(k): runs for k, runs in ws.items()} for seq, ws in self.open.items()}}
-
-    @classmethod
-    def from_json(cls, data: dict) -> PipelineState:  # type: ignore[type-arg]
-        opened = {seq: {int(k): runs for k, runs in ws.items()} for seq, ws in data.get("open", {}).items()}
-        return cls(data["batch"], data.get("watermark"), opened, data.get("next_index", {}),
-                   data.get("origins", {}), data.get("stream_time"), data.get("seen", 0))
 
 
 RECENT_WINDOWS_KEPT = 256  # window revisions per sequence kept in memory for continuous readers

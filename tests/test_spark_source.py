@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pyspark = pytest.importorskip("pyspark")
@@ -27,6 +28,7 @@ from concentrator.element_source import (  # noqa: E402
     stop_element_pipeline,
 )
 from concentrator.spark import SparkSettings, spark_session  # noqa: E402
+from sparql_ext.window_state import assign_ranges as assign_ranges_numpy  # noqa: E402
 
 T0 = 1_466_416_800_000_000  # 2016-06-20T10:00:00Z in µs
 S = 1_000_000
@@ -349,3 +351,15 @@ def test_time_arithmetic_equals_spark_window(spark: SparkSession, backward: bool
     ours = {(r.k, r.ordinal) for r in assign_windows(batch, [("s", "a", spec)]).collect()}
     theirs = {(r.k, r.ordinal) for r in _via_spark_window(batch, spec).collect()}
     assert ours == theirs and len(ours) > len(rows)
+
+
+@pytest.mark.parametrize("name", [case[0] for case in CASES])
+def test_the_cores_assignment_is_the_same_arithmetic(name: str) -> None:
+    """``sparql_ext.window_state.assign_ranges`` (numpy: the pure window core's history assignment, and its tests'
+    stand-in for the batch job) gives the hand-worked windows too."""
+    _, spec, elements, expected = next(case for case in CASES if case[0] == name)
+    ordinals = np.array([o for o, _ in elements], np.int64)
+    times = np.array([t for _, t in elements], np.int64)
+    lo, hi = assign_ranges_numpy(ordinals, times, spec)  # type: ignore[arg-type]
+    found = {(k, int(o)) for o, a, b in zip(ordinals, lo.tolist(), hi.tolist(), strict=True) for k in range(a, b + 1)}
+    assert found == expected

@@ -1,0 +1,425 @@
+"""The window core: one pure step of the continuous pipeline (DESIGN §2 "Completeness, order, time").
+
+What the Spark job does per micro-batch is *summarize* it: per stream, the largest element ordinal and timestamp
+read, the latest punctuation, the sequence registrations read, and for each assignable sequence the windows k
+each element of the batch falls in (``assign_ranges``, the same arithmetic Spark runs). Everything else is
+:func:`advance`, a pure function of the pipeline's state, that summary, the registered sequences and the stream's
+element index:
+
+1. registrations read make their sequences *live* (the log orders a registration among the elements: what came
+   before it is history, what comes after it is live); a live time sequence whose ``HEAD`` anchor has arrived
+   binds its t0;
+2. a sequence that became assignable in this batch is assigned its history, every element read so far, from
+   the index (``history_runs``: the same arithmetic over the index's elements);
+3. the assignments join the open windows, stream time and the watermark advance;
+4. every window that is now complete is materialized (``WindowDraft``), in order of k; a long empty stretch is
+   skipped rather than emitted window by window;
+5. retention: the first ordinal every open or future window can still need (``expiry_cut``).
+
+Decisions use only what the pipeline has read (``PipelineState.seen`` / ``stream_time``), never the stream's live
+head, so a batch replayed after a crash decides exactly as before. The windows produced are those of
+:func:`sparql_ext.windowing.windows` (the reference) with the same watermark; ``tests/test_window_state.py``
+checks that without a JVM.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import numpy as np
+
+from sparql_ext.windowing import ElementIndex, WindowSpec, bounds, is_complete, window
+
+Runs = tuple[tuple[int, int], ...]  # inclusive ordinal ranges, ascending
+OpenRuns = dict[int, list[list[int]]]  # window k -> inclusive ordinal runs assigned so far
+SequenceRuns = dict[str, OpenRuns]  # sequence id -> its windows' runs
+
+#: Consecutive empty windows one sequence may emit in one batch before the rest of the empty stretch is
+#: skipped (a stream quiet for a day under a 1 s step would otherwise emit 86,400 empty revisions at once).
+MAX_EMPTY_RUN = 10_000
+
+
+@dataclass
+class PipelineState:
+    """What the pipeline must remember between batches (and across restarts), per stream."""
+
+    batch: int = -1  # last Spark batch id applied
+    watermark: int | None = None  # stream time known to have passed, µs
+    open: dict[str, OpenRuns] = field(default_factory=dict)  # sequence -> k -> runs
+    next_index: dict[str, int] = field(default_factory=dict)  # sequence -> next window to materialize
+    origins: dict[str, int] = field(default_factory=dict)  # sequence -> t0 bound after registration
+    # The pipeline's own view of the log, so that a replayed batch decides exactly as the first run did
+    # (the stream index may be ahead of what the pipeline has read):
+    stream_time: int | None = None  # max element timestamp or punctuation read so far, µs
+    seen: int = 0  # last element ordinal read so far (count windows complete against it)
+
+    def to_json(self) -> dict[str, object]:
+        return {"batch": self.batch, "watermark": self.watermark, "next_index": self.next_index,
+                "origins": self.origins, "stream_time": self.stream_time, "seen": self.seen,
+                "open": {seq: {str(k): runs for k, runs in ws.items()} for seq, ws in self.open.items()}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> PipelineState:
+        opened = {seq: {int(k): runs for k, runs in ws.items()}
+                  for seq, ws in data.get("open", {}).items()}  # type: ignore[attr-defined]
+        return cls(data["batch"], data.get("watermark"), opened, dict(data.get("next_index", {})),  # type: ignore
+                   dict(data.get("origins", {})), data.get("stream_time"), data.get("seen", 0))  # type: ignore
+
+
+@dataclass
+class BatchSummary:
+    """What one micro-batch holds for one stream."""
+
+    max_ordinal: int | None = None
+    max_time: int | None = None
+    max_punctuation: int | None = None
+    registrations: list[tuple[int, str, int]] = field(default_factory=list)  # (log position, sequence, h)
+    runs: SequenceRuns = field(default_factory=dict)  # the batch's elements in windows of assignable sequences
+
+
+class RegisteredSequence(Protocol):
+    """A sequence as the store keeps it (``store.windows.Sequence``)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def spec(self) -> WindowSpec: ...
+
+
+class StreamIndex(ElementIndex, Protocol):
+    """The element index of a stream with retention: ordinals below ``first_ordinal`` have expired."""
+
+    @property
+    def first_ordinal(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class WindowDraft:
+    """A window that became complete: the store gives it a commit time and a UUID when it commits it."""
+
+    sequence: str
+    index: int
+    start: int  # µs (time windows) or ordinal (count windows)
+    end: int
+    runs: Runs
+
+
+@dataclass
+class Step:
+    """The result of one ``advance``: the state to commit, the windows that completed, and retention's cut."""
+
+    state: PipelineState
+    windows: list[WindowDraft]
+    expire_before: int | None = None  # drop elements with ordinals below it (None: nothing expires)
+    skipped: dict[str, int] = field(default_factory=dict)  # sequence -> empty windows skipped in this batch
+
+
+def bound_spec(spec: WindowSpec, state: PipelineState, ident: str) -> WindowSpec | None:
+    """The spec with the origin the pipeline bound (``None`` while it is pending)."""
+    if spec.origin is not None:
+        return spec
+    if ident in state.origins:
+        return replace(spec, origin=state.origins[ident])
+    return None
+
+
+def assignable(state: PipelineState, sequences: Iterable[RegisteredSequence]) -> dict[str, WindowSpec]:
+    """The sequences the batch job assigns elements to: live (registration read), t0 bound, and of one kind
+    (time width with time step, or count with count): a time width with a count step (a window starts at every
+    step-th element) is placed at completion from the index instead."""
+    result = {}
+    for sequence in sequences:
+        spec = bound_spec(sequence.spec, state, sequence.id)
+        if sequence.id in state.next_index and spec is not None and spec.kind == spec.step_kind:
+            result[sequence.id] = spec
+    return result
+
+
+# -- assignment: the arithmetic the Spark job runs, on numpy arrays --------------------------------------------
+
+def assign_ranges(ordinals: np.ndarray, times: np.ndarray, spec: WindowSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Per element, the windows ``lo..hi`` of ``spec`` holding it (none where ``lo > hi``); see
+    ``pipeline/assignment.py`` for the derivation: with ``v`` the element's time (or ordinal) minus the base,
+    k ∈ [⌊(v − width)/step⌋ + 1, ⌊v/step⌋] ∩ [kmin, kmax]."""
+    assert spec.origin is not None and spec.kind == spec.step_kind
+    by_time = spec.kind == "time"
+    base = spec.origin - (spec.width if spec.backward else 0)
+    value = (times if by_time else ordinals).astype(np.int64) - int(spec.backward) - base
+    kmin = spec.first
+    if not by_time:
+        kmin = max(kmin, -((spec.origin - 1) // spec.step))  # windows start at ordinal ≥ 1
+    lo = np.maximum((value - spec.width) // spec.step + 1, kmin)
+    hi = value // spec.step
+    if spec.count is not None:
+        hi = np.minimum(hi, spec.first + spec.count - 1)
+    return lo, hi
+
+
+def fold_runs(ordinals: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> OpenRuns:
+    """The elements' k ranges folded into ordinal runs per window k (gaps and islands, vectorized)."""
+    keep = lo <= hi
+    ordinals, lo, hi = ordinals[keep], lo[keep], hi[keep]
+    result: OpenRuns = {}
+    if ordinals.size == 0:
+        return result
+    counts = hi - lo + 1
+    take = np.repeat(np.arange(lo.size), counts)
+    offsets = np.arange(take.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    k, o = lo[take] + offsets, ordinals[take]
+    order = np.lexsort((o, k))
+    k, o = k[order], o[order]
+    breaks = np.ones(k.size, dtype=bool)
+    breaks[1:] = (k[1:] != k[:-1]) | (o[1:] != o[:-1] + 1)
+    starts = np.flatnonzero(breaks)
+    ends = np.append(starts[1:], k.size) - 1
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+        result.setdefault(int(k[s]), []).append([int(o[s]), int(o[e])])
+    return result
+
+
+def history_runs(spec: WindowSpec, index: StreamIndex, last: int, lateness: int) -> OpenRuns:
+    """The windows of a sequence that became assignable, over every element read so far (up to ``last``)."""
+    span = history_range(spec, index, last, lateness)
+    if span is None:
+        return {}
+    found = index.elements(*span)
+    ordinals = np.fromiter((e.ordinal for e in found), np.int64, len(found))
+    times = np.fromiter((e.time for e in found), np.int64, len(found))
+    return fold_runs(ordinals, *assign_ranges(ordinals, times, spec))
+
+
+def history_range(spec: WindowSpec, index: StreamIndex, last: int, lateness: int) -> tuple[int, int] | None:
+    """Ordinals of the index to assign as history: from the first window's start up to ``last``."""
+    if last < 1:
+        return None
+    assert spec.origin is not None
+    if spec.kind == "count":
+        lo = max(1, spec.origin + spec.first * spec.step)
+    elif lateness:
+        lo = 1  # timestamps are not ordered by ordinal: no cheap lower bound
+    else:
+        at = spec.origin + spec.first * spec.step
+        start = at - spec.width if spec.backward else at
+        # forward windows hold [start, …): first element at or after start; backward (start, …]: after it
+        before = index.last_at_or_before(start if spec.backward else start - 1)
+        lo = (before or 0) + 1
+    lo = max(lo, index.first_ordinal)
+    return (lo, last) if lo <= last else None
+
+
+def merge_runs(old: Iterable[list[int]], new: Iterable[list[int]]) -> list[list[int]]:
+    """Union of inclusive ordinal runs, sorted, adjacent runs joined.
+
+    >>> merge_runs([[1, 3]], [[4, 5], [7, 7]])
+    [[1, 5], [7, 7]]
+    """
+    merged: list[list[int]] = []
+    for first, last in sorted([list(r) for r in old] + [list(r) for r in new]):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    return merged
+
+
+def runs_of(ordinals: Iterable[int]) -> Runs:
+    """Ascending ordinals as inclusive runs.
+
+    >>> runs_of([1, 2, 3, 5])
+    ((1, 3), (5, 5))
+    """
+    runs: list[list[int]] = []
+    for o in ordinals:
+        if runs and o == runs[-1][1] + 1:
+            runs[-1][1] = o
+        else:
+            runs.append([o, o])
+    return tuple((a, b) for a, b in runs)
+
+
+# -- the step ------------------------------------------------------------------------------------------------------
+
+def advance(state: PipelineState, summary: BatchSummary, sequences: list[RegisteredSequence], index: StreamIndex,
+            *, assigned: Iterable[str], lateness: int = 0, retention: int | None = None) -> Step:
+    """One batch of one stream (see the module doc). ``assigned``: the sequences the batch job assigned
+    (``assignable`` before the job); ``sequences``: every sequence registered on the stream now. The given
+    state is not modified."""
+    state = copy.deepcopy(state)
+    registered = {sequence.id: sequence for sequence in sequences}
+    state.seen = max(state.seen, summary.max_ordinal or 0)
+    for retired in [ident for ident in state.open if ident not in registered]:
+        del state.open[retired]  # its next_index stays: its revisions remain readable by id
+    for _, ident, _head in summary.registrations:
+        if ident in registered and ident not in state.next_index:
+            state.next_index[ident] = registered[ident].spec.first
+    specs = _live_specs(state, sequences, index)
+    runs: SequenceRuns = {ident: dict(by_k) for ident, by_k in summary.runs.items()}
+    already = set(assigned)
+    for ident, spec in specs.items():
+        if spec.kind == spec.step_kind and ident not in already:
+            # became assignable in this batch (registration read, or t0 bound): every element read so far,
+            # this batch's included, is its history
+            for k, new in history_runs(spec, index, state.seen, lateness).items():
+                into = runs.setdefault(ident, {})
+                into[k] = merge_runs(into.get(k, []), new)
+    for ident, by_k in runs.items():
+        opened = state.open.setdefault(ident, {})
+        for k, new in by_k.items():
+            opened[k] = merge_runs(opened.get(k, []), new)
+    times = [t for t in (state.stream_time, summary.max_time, summary.max_punctuation) if t is not None]
+    if times:
+        state.stream_time = max(times)
+        state.watermark = state.stream_time - lateness
+    drafts: list[WindowDraft] = []
+    skipped: dict[str, int] = {}
+    for ident, spec in specs.items():
+        drafts.extend(_materialize(state, ident, spec, index, skipped))
+    cut = expiry_cut(state, sequences, index, lateness, retention)
+    return Step(state, drafts, cut, skipped)
+
+
+def _live_specs(state: PipelineState, sequences: list[RegisteredSequence], index: StreamIndex
+                ) -> dict[str, WindowSpec]:
+    """Live sequences with their bound spec; a HEAD anchor read by now binds t0 (recorded in the state)."""
+    specs: dict[str, WindowSpec] = {}
+    for sequence in sequences:
+        ident = sequence.id
+        if ident not in state.next_index:
+            continue  # registration row not read yet: not live
+        spec = bound_spec(sequence.spec, state, ident)
+        anchor = sequence.spec.anchor
+        if spec is None and anchor is not None and anchor <= state.seen and (t0 := index.time_of(anchor)) is not None:
+            state.origins[ident] = t0
+            spec = replace(sequence.spec, origin=t0)
+        if spec is not None:
+            specs[ident] = spec
+    return specs
+
+
+def _complete(spec: WindowSpec, k: int, index: ElementIndex, state: PipelineState) -> bool:
+    """``windowing.is_complete`` with the pipeline's own head (count windows), for deterministic replays."""
+    if spec.kind == "count":
+        window_bounds = bounds(spec, k, index)
+        return window_bounds is not None and state.seen >= window_bounds[1]
+    return is_complete(spec, k, index, state.watermark)
+
+
+def _materialize(state: PipelineState, ident: str, spec: WindowSpec, index: ElementIndex,
+                 skipped: dict[str, int]) -> list[WindowDraft]:
+    """Every window of one sequence that became complete, in order of k, popped from the open windows."""
+    out: list[WindowDraft] = []
+    opened = state.open.setdefault(ident, {})
+    k = state.next_index[ident]
+    limit = None if spec.count is None else spec.first + spec.count
+    empty_run = 0
+    while (limit is None or k < limit) and _complete(spec, k, index, state):
+        if spec.kind == "time" and spec.step_kind == "count":
+            # not assigned by the batch job (a window starts at every step-th element): its members are read from
+            # the index; complete means the watermark passed its end, so every member has been read already
+            found = window(spec, k, index)
+            assert found is not None
+            start, end, members = found.start, found.end, runs_of(found.elements)
+            opened.pop(k, None)
+        else:
+            window_bounds = bounds(spec, k, index)
+            assert window_bounds is not None
+            start, end = window_bounds
+            members = tuple((first, last) for first, last in opened.pop(k, []))
+        if not members:
+            empty_run += 1
+            if empty_run > MAX_EMPTY_RUN:
+                target = _skip_target(spec, k, opened, state, limit)
+                if target > k:
+                    skipped[ident] = skipped.get(ident, 0) + target - k
+                    k, empty_run = target, 0
+                    continue
+        else:
+            empty_run = 0
+        out.append(WindowDraft(ident, k, start, end, members))
+        k += 1
+    state.next_index[ident] = k
+    for stale in [j for j in opened if j < k]:  # cannot happen within the lateness rules; keep the state small
+        del opened[stale]
+    if not opened:
+        state.open.pop(ident, None)
+    return out
+
+
+def _skip_target(spec: WindowSpec, k: int, opened: OpenRuns, state: PipelineState, limit: int | None) -> int:
+    """After a long empty stretch of a time/time sequence: the next window holding an element read so far, or
+    the first window not complete yet — every complete window in between is empty."""
+    if spec.kind != "time" or spec.step_kind != "time" or spec.origin is None or state.watermark is None:
+        return k
+    reach = state.watermark - spec.origin - (0 if spec.backward else spec.width)
+    first_incomplete = reach // spec.step + 1  # first k whose end is past the watermark
+    target = min([first_incomplete] + [j for j in opened if j > k])
+    return max(k, target if limit is None else min(target, limit))
+
+
+# -- retention -----------------------------------------------------------------------------------------------------
+
+def expiry_cut(state: PipelineState, sequences: list[RegisteredSequence], index: StreamIndex, lateness: int,
+               retention: int | None) -> int | None:
+    """Retention (elements older than every registered window and the retention expire): the first ordinal to
+    keep, when elements below it may go — those older than the stream time minus ``retention`` that no open or
+    future window of any registered sequence can hold and that the pipeline has read. ``None``: nothing expires."""
+    if retention is None or state.stream_time is None or index.first_ordinal > state.seen:
+        return None
+    bound = _expiry_bound(state, sequences, index, lateness)
+    if bound is None:
+        return None
+    limit, threshold = bound
+    threshold = min(threshold, state.stream_time - retention)
+    cut = index.first_ordinal
+    limit = min(limit, state.seen + 1)  # never what the pipeline has not read (and assigned) yet
+    while cut < limit and (t := index.time_of(cut)) is not None and t < threshold:
+        cut += 1
+    return cut if cut > index.first_ordinal else None
+
+
+def _expiry_bound(state: PipelineState, sequences: list[RegisteredSequence], index: StreamIndex,
+                  lateness: int) -> tuple[int, int] | None:
+    """(ordinal, time): every element still needed by an open window or by the next window of a registered
+    sequence (live or not yet read) has an ordinal ≥ the first and a time ≥ the second; ``None`` if nothing
+    may expire (a sequence whose anchor the index must still resolve)."""
+    assert state.stream_time is not None
+    limit, threshold = index.head() + 1, state.stream_time
+    for by_k in state.open.values():
+        for runs in by_k.values():
+            limit = min([limit] + [first for first, _ in runs])
+    # A window whose start is not known yet starts after a time the stream has not reached (its anchor is
+    # still to come, and elements come at most `lateness` late): (stream time − lateness, …) forward,
+    # (… − width, …] backward.
+    for sequence in sequences:
+        spec = sequence.spec
+        k = state.next_index.get(sequence.id, spec.first)
+        if spec.count is not None and k >= spec.first + spec.count:
+            continue  # finished: needs nothing
+        unknown = state.stream_time - lateness - spec.width + 1
+        if spec.kind == "count":
+            assert spec.origin is not None
+            limit = min(limit, max(1, spec.origin + k * spec.step))
+            continue
+        if spec.step_kind == "count":
+            if spec.anchor is None:
+                # a dateTime anchor: bounds() finds o0 as the element after the last one before t0 — keep that one
+                assert spec.origin is not None
+                before = index.last_at_or_before(spec.origin - 1)
+                if before is None and index.first_ordinal > 1:
+                    return None
+                limit = min(limit, before or limit)
+            window_bounds = bounds(spec, k, index)
+            start = None if window_bounds is None else window_bounds[0]
+        else:
+            origin = bound_spec(spec, state, sequence.id)
+            t0 = origin.origin if origin is not None else (None if spec.anchor is None else index.time_of(spec.anchor))
+            start = None if t0 is None else t0 + k * spec.step - (spec.width if spec.backward else 0)
+        if start is None:
+            threshold = min(threshold, unknown)
+        else:  # forward windows hold [start, …), backward (start, …]
+            threshold = min(threshold, start + 1 if spec.backward else start)
+    return limit, threshold

@@ -36,6 +36,11 @@ class RevisionSyntaxError(SparqlExtError):
     """A revision designator that is not one of HEAD, HEAD~n, UUID, ordinal or xsd:dateTime."""
 
 
+class InstantSyntaxError(RevisionSyntaxError):
+    """A value that must be an ``xsd:dateTime`` with timezone (a revision, a punctuation, a timestamp) and is not;
+    the message names the value as the caller calls it."""
+
+
 class WindowRefSyntaxError(SparqlExtError):
     """A ``WINDOWS=`` WindowRef that does not parse; the message names the bad part and the whole ref."""
 

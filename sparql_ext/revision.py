@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 import isodate
 
-from sparql_ext.errors import RevisionSyntaxError
+from sparql_ext.errors import InstantSyntaxError, RevisionSyntaxError
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,36 @@ _SPACE_FOR_PLUS = re.compile(r"(T[0-9:.]+) ([0-9]{2}:[0-9]{2})$")
 MAX_OFFSET = timedelta(hours=14)  # XSD's timezone range
 
 
+def parse_instant(text: str, label: str | None = None) -> Instant:
+    """Parse an ``xsd:dateTime`` with timezone, raising ``InstantSyntaxError`` that calls the value ``label``
+    (default ``revision 'TEXT'``; e.g. ``punctuation='TEXT'`` for a request parameter).
+
+    >>> parse_instant("2016-06-20T10:00:00 02:00").at.isoformat()  # a '+' a form decoder made a space
+    '2016-06-20T10:00:00+02:00'
+    >>> parse_instant("2016-06-20T10:00:00", "punctuation='2016-06-20T10:00:00'")
+    Traceback (most recent call last):
+    ...
+    sparql_ext.errors.InstantSyntaxError: punctuation='2016-06-20T10:00:00' is a dateTime without a timezone; \
+add 'Z' or an offset such as '+01:00' (percent-encoded as %2B in a URL)
+    """
+    label = label or f"revision {text!r}"
+    value = _SPACE_FOR_PLUS.sub(r"\1+\2", text.strip())
+    match = _DATETIME.fullmatch(value)
+    if match is None:
+        raise InstantSyntaxError(f"{label} is not an xsd:dateTime with timezone such as 2016-06-20T10:00:00Z")
+    if match["tz"] is None:
+        raise InstantSyntaxError(f"{label} is a dateTime without a timezone; add 'Z' or an offset such as '+01:00' "
+                                 "(percent-encoded as %2B in a URL)")
+    try:
+        moment = isodate.parse_datetime(value)
+        offset = moment.utcoffset()
+    except (ValueError, OverflowError, isodate.ISO8601Error) as error:
+        raise InstantSyntaxError(f"{label} is not a valid dateTime: {error}") from None
+    if offset is None or abs(offset) > MAX_OFFSET:
+        raise InstantSyntaxError(f"{label}: the timezone offset must be between -14:00 and +14:00 (xsd:dateTime)")
+    return Instant(moment)
+
+
 def parse_revision(text: str) -> RevisionDesignator:
     """Parse a revision designator, raising ``RevisionSyntaxError`` that names the bad value.
 
@@ -74,22 +104,8 @@ def parse_revision(text: str) -> RevisionDesignator:
         return RevisionId(uuid.UUID(value.removeprefix("urn:uuid:")))
     if _INTEGER.fullmatch(value):
         return Ordinal(int(value))
-    value = _SPACE_FOR_PLUS.sub(r"\1+\2", value)
-    if match := _DATETIME.fullmatch(value):
-        if match["tz"] is None:
-            raise RevisionSyntaxError(
-                f"revision {text!r} is a dateTime without a timezone; add 'Z' or an offset such "
-                "as '+01:00' (percent-encoded as %2B in a URL)"
-            )
-        try:
-            moment = isodate.parse_datetime(value)
-            offset = moment.utcoffset()
-        except (ValueError, OverflowError, isodate.ISO8601Error) as error:
-            raise RevisionSyntaxError(f"revision {text!r} is not a valid dateTime: {error}") from None
-        if offset is None or abs(offset) > MAX_OFFSET:
-            raise RevisionSyntaxError(f"revision {text!r}: the timezone offset must be between -14:00 and +14:00 "
-                                      "(xsd:dateTime)")
-        return Instant(moment)
+    if _DATETIME.fullmatch(_SPACE_FOR_PLUS.sub(r"\1+\2", value)):
+        return parse_instant(text)
     if value.startswith("HEAD"):
         raise RevisionSyntaxError(
             f"revision {text!r} is malformed: after HEAD only '~' and a number of revisions "

@@ -54,6 +54,16 @@ def _size(text: str) -> int:
     return int(text)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds, more than 0 and at most 3600")
+    return value
+
+
 def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -77,7 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="data directory: the store and its history (created if missing)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--threads", type=int, default=16, help="concurrent requests")
+    serve.add_argument("--threads", type=int, default=16,
+                       help="concurrent requests (each continuous response and upload holds one while it lasts)")
+    serve.add_argument("--header-timeout", type=_seconds, default=10.0, metavar="SECONDS",
+                       help="a request's headers must arrive within this time, else 408 (default 10)")
     serve.add_argument("--max-body-bytes", type=_size, default=None,
                        help="largest accepted RDF upload, e.g. 2g (default: no limit)")
     serve.add_argument("--retention", type=int, default=None,
@@ -293,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                               rate_limit=args.rate_limit,
                               service_allow=service_allowlist(args.service_allow, args.host, args.port))
         master = None if args.no_pipeline else args.spark_master
-        serve(config, args.host, args.port, args.threads, make_app=partial(
+        serve(config, args.host, args.port, args.threads, args.header_timeout, make_app=partial(
             build_app, spark_master=master, rules_dir=args.rules, base_url=f"http://{args.host}:{args.port}",
             rules_on=args.rules_on, spark_conf=dict(args.spark_conf)))
     elif args.command == "tail":

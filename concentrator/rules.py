@@ -230,7 +230,7 @@ def _output_time(value: Literal, where: str) -> tuple[int, Literal | None]:
     it, unless it is finer than a microsecond (``NOW()`` has nanoseconds): then the time is the next microsecond and
     the literal is written anew from it (docs/rules.md)."""
     if is_finer_than_micros(value.value):
-        return to_micros(parse_datetime_stamp(value.value, f"{where}: timestamp", finer="ceil")), None
+        return to_micros(parse_datetime_stamp(value.value, f"{where}: timestamp {value.value!r}", finer="ceil")), None
     return parse_timestamp(value.value, where), value
 
 

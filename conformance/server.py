@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
 
@@ -60,6 +61,24 @@ def running_server(args: Sequence[str] = (), *, data_dir: Path | None = None,
                 yield server
             finally:
                 stop(process)
+
+
+@contextlib.contextmanager
+def stalled_connections(url: str, count: int, request: bytes = b"GET /status HTTP/1.1\r\nHost: x\r\n",
+                        ) -> Iterator[list[socket.socket]]:
+    """``count`` connections to the server at ``url`` that send the start of a request (by default a request line
+    and one header, no blank line ending the headers) and stall; closed on exit."""
+    address = urlsplit(url)
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.create_connection((address.hostname, address.port), timeout=5)
+            sock.sendall(request)
+            sockets.append(sock)
+        yield sockets
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def _wait_until_ready(server: RunningServer, timeout: float, ready_path: str) -> None:

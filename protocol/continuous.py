@@ -29,7 +29,7 @@ import socket
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -263,9 +263,9 @@ class Packager:
         return self.media_type
 
     def opening(self) -> bytes:
-        """Sent when the response starts (before any window): multipart's first delimiter, so that every part
-        can end with the next delimiter and be complete as soon as it is sent; an SSE comment, which sends the
-        headers at once. Nothing for bare documents (an empty HTTP chunk would end the response)."""
+        """Sent when the response starts (before any window; the headers go before it, see ``HeadersAtOnce``):
+        multipart's first delimiter, so that every part can end with the next delimiter and be complete as soon as
+        it is sent; an SSE comment. Nothing for bare documents, whose every chunk is a window's document."""
         if self.packaging == "multipart":
             return f"--{self.boundary}".encode()
         if self.packaging == "event-stream":
@@ -476,6 +476,20 @@ def registration_for(stream: Stream, ref: WindowRef, packager: Packager, client:
 
 # -- the Flask side -----------------------------------------------------------------------------------------------
 
+class HeadersAtOnce(Response):
+    """A response whose status and headers (``Window-Sequence``, ``Window-From`` …) are sent as soon as it starts,
+    not with its first body bytes, which for a bare document stream (chunked, lines) may be the first window,
+    minutes later. PEP 3333 lets a server hold the headers until the body's first non-empty bytes, except after the
+    application calls the ``write()`` callable that ``start_response`` returns: calling it with nothing sends them
+    (and no body bytes, so no HTTP chunk: an empty chunk would end the response)."""
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        body, status, headers = self.get_wsgi_response(environ)
+        write = start_response(status, headers)
+        write(b"")
+        return body
+
+
 ANSWERS = ("continuous", "latest")
 
 
@@ -508,7 +522,7 @@ def continuous_response(stream: Stream, windows: str, query: str | None) -> Resp
     if ReportPolicy.CONTENT_CHANGE in spec.policies and resumed is None:
         body = arrivals_body(stream, ref, sequence, first_arrival(ref, stream), produce, packager, registration,
                              current_app.extensions["continuous"], gunicorn_client_gone(request.environ))
-        return Response(body, mimetype=None, content_type=packager.content_type, headers=headers)
+        return HeadersAtOnce(body, mimetype=None, content_type=packager.content_type, headers=headers)
     start = resumed or Start(first_index(ref, sequence, stream), False, "")
     if resumed is not None:
         check_resumable(resumed, spec)
@@ -520,5 +534,5 @@ def continuous_response(stream: Stream, windows: str, query: str | None) -> Resp
             produce(list(seed.ordinals()), seed.commit, seed.end)
     body = windows_body(stream, ref, sequence, start.index, produce, packager, registration,
                         current_app.extensions["continuous"], gunicorn_client_gone(request.environ))
-    return Response(body, mimetype=None, content_type=packager.content_type,
-                    headers={**headers, "Window-From": str(start.index)})
+    return HeadersAtOnce(body, mimetype=None, content_type=packager.content_type,
+                         headers={**headers, "Window-From": str(start.index)})

@@ -23,6 +23,7 @@ from protocol.negotiation import (
     body_media_type,
     is_utf8,
 )
+from protocol.parameters import reads
 from protocol.responses import empty_response, revision_headers, spooled_response
 from store import GraphNotFound, RevisionedDataset, StagedQuads
 from store.terms import GraphName, graph_to_text
@@ -57,6 +58,7 @@ def _target(subpath: str | None) -> GraphName | None:
 
 @bp.route("/store", methods=METHODS)
 @bp.route("/store/<path:subpath>", methods=METHODS)
+@reads("default", "graph", "revision-id")
 def graph_store(subpath: str | None = None) -> Response:
     target = _target(subpath)
     if request.method in ("GET", "HEAD"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from protocol.errors import HttpProblem
+from protocol.parameters import reads
 from store.rules import Rule, RuleRegistry
 
 bp = Blueprint("rules", __name__)
@@ -40,11 +41,13 @@ def rule_json(rule: Rule) -> dict[str, object]:
 
 
 @bp.route("/rules", methods=["GET"])
+@reads()
 def list_rules() -> Response:
     return jsonify([rule_json(rule) for rule in _registry().rules()])
 
 
 @bp.route("/rules/<name>", methods=["PUT"])
+@reads("output", "report", "operator")
 def put_rule(name: str) -> Response:
     content_type = (request.mimetype or "").lower()
     if content_type != "application/sparql-query":
@@ -63,6 +66,7 @@ def put_rule(name: str) -> Response:
 
 
 @bp.route("/rules/<name>", methods=["GET"])
+@reads()
 def get_rule(name: str) -> Response:
     rule = _registry().get(name)
     best = request.accept_mimetypes.best_match(["application/sparql-query", "application/json"])
@@ -72,6 +76,7 @@ def get_rule(name: str) -> Response:
 
 
 @bp.route("/rules/<name>", methods=["DELETE"])
+@reads()
 def delete_rule(name: str) -> Response:
     _registry().delete(name)
     return Response(status=204)

@@ -21,6 +21,7 @@ from protocol.negotiation import (
     body_media_type,
     is_utf8,
 )
+from protocol.parameters import reads
 from protocol.responses import empty_response, revision_headers, spooled_response
 from sparql_ext import QuerySyntaxError, parse_extended
 from sparql_ext.lexer import check_raw_nesting
@@ -92,6 +93,8 @@ def _iris(values: list[str], parameter: str) -> list[NamedNode]:
 
 
 @bp.route("/sparql", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+@reads("query", "update", "default-graph-uri", "named-graph-uri", "using-graph-uri", "using-named-graph-uri",
+       "revision-id")
 def sparql_endpoint() -> Response:
     operation = read_sparql_request()
     if operation.kind == "update":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, jsonify
 
+from protocol.parameters import reads
 from protocol.rules import rule_json
 from store.stream import Stream, format_micros
 
@@ -11,6 +12,7 @@ bp = Blueprint("status", __name__)
 
 
 @bp.route("/status", methods=["GET"])
+@reads()
 def status() -> Response:
     dataset = current_app.extensions["dataset"]
     catalog = current_app.extensions["streams"]

@@ -16,6 +16,7 @@ from protocol.continuous import continuous_response, wants_continuous
 from protocol.errors import BadRequest, HttpProblem, NotAcceptable, UnsupportedMediaType
 from protocol.incremental import available_reader, drain
 from protocol.negotiation import BODY_FORMATS, DATASET_FORMATS, best_media_type, body_media_type, is_utf8
+from protocol.parameters import reads
 from protocol.responses import empty_response, spooled_response
 from protocol.sparql import FORM, is_extended, run_query, serialize_result
 from protocol.stream_params import (
@@ -24,7 +25,7 @@ from protocol.stream_params import (
     timeout_seconds,
     windowed_params,
 )
-from sparql_ext import Instant, parse_revision
+from sparql_ext import parse_instant
 from sparql_ext.windowing import to_micros
 from sparql_ext.windowref import parse_window_ref
 from store import StoreError
@@ -41,6 +42,12 @@ bp = Blueprint("streams", __name__)
 DEFAULT_TIMEOUT = 30.0  # seconds a request waits for a window that is not complete yet
 SD_ENDPOINT = "http://www.w3.org/ns/sparql-service-description#endpoint"
 XSD_DATETIME = NamedNode("http://www.w3.org/2001/XMLSchema#dateTime")
+STREAM_PARAMETERS = (
+    "timestamp-predicate", "lateness", "retention", "alias", "write-token",  # PUT: settings
+    "punctuation", "graph", "timestamp",  # POST: upload
+    "WINDOWS", "query", "revision-id", "timeout", "default-graph-uri", "named-graph-uri",  # windows, queries
+    "answer", "packaging", "format", "report", "operator", "after", "from", "sequence",  # continuous responses
+)
 
 
 def _catalog() -> StreamCatalog:
@@ -48,6 +55,7 @@ def _catalog() -> StreamCatalog:
 
 
 @bp.route("/streams", methods=["GET"])
+@reads("iri")  # the others go on to the stream, which checks them
 def list_streams() -> Response:
     """Every stream; with ``iri=`` a redirect to the stream an alias IRI (e.g. urn:uuid:…) names,
     keeping the other parameters (``WINDOWS=`` …)."""
@@ -64,6 +72,7 @@ def list_streams() -> Response:
 
 
 @bp.route("/streams/<name>", methods=["GET", "HEAD", "PUT", "POST", "DELETE"])
+@reads(*STREAM_PARAMETERS)
 def stream_resource(name: str) -> Response:
     if request.method == "PUT":
         return _put(name)
@@ -93,6 +102,7 @@ def stream_resource(name: str) -> Response:
 
 
 @bp.route("/streams/<name>/windows", methods=["GET"])
+@reads("ref")
 def window_revisions(name: str) -> Response:
     """Every window revision materialized for the stream's sequences (optionally one ``ref``)."""
     stream = _catalog().get(name)
@@ -107,6 +117,7 @@ def window_revisions(name: str) -> Response:
 
 
 @bp.route("/streams/<name>/windows/<revision_id>", methods=["GET", "POST"])
+@reads("query")
 def window_revision(name: str, revision_id: str) -> Response:
     """One window revision, re-addressed by its UUID: its dataset, or the SPARQL Protocol over it."""
     stream = _catalog().get(name)
@@ -121,7 +132,7 @@ def window_revision(name: str, revision_id: str) -> Response:
     query = _query_text({})
     if query is not None:
         spool, mimetype = run_query(stream.window_store(selected.ordinals), query, None, None)
-        return spooled_response(spool, mimetype, selected.headers)
+        return spooled_response(spool, mimetype, _window_headers(selected))
     return _dataset_response(stream, selected.ordinals, selected.headers)
 
 
@@ -323,7 +334,12 @@ def _query(stream: Stream, windows: str | None, text: str) -> Response:
         spool, mimetype = serialize_result(evaluator.query(text, target))
     else:
         spool, mimetype = run_query(window, text, None, None)
-    return spooled_response(spool, mimetype, selected.headers)
+    return spooled_response(spool, mimetype, selected.headers if windows is None else _window_headers(selected))
+
+
+def _window_headers(selected: SelectedWindow) -> dict[str, str]:
+    """A window's response headers: its bounds (and index, id) and ``Window-Elements``, its number of elements."""
+    return {**selected.headers, "Window-Elements": str(len(selected.ordinals))}
 
 
 def _dataset_response(stream: Stream, ordinals: list[int], headers: dict[str, str]) -> Response:
@@ -345,12 +361,6 @@ def _iri(text: str, parameter: str) -> str:
 
 
 def _instant(text: str, parameter: str) -> int:
-    designator = parse_revision(text)
-    if not isinstance(designator, Instant):
-        raise BadRequest(f"{parameter}={text!r} is not an xsd:dateTime with timezone")
-    return _micros(designator)
-
-
-def _micros(designator: Instant) -> int:
-    return to_micros(designator.at)
+    """An xsd:dateTime parameter (``punctuation=``, ``timestamp=``) in µs; errors name the parameter."""
+    return to_micros(parse_instant(text, f"{parameter}={text!r}").at)
 

@@ -1,6 +1,7 @@
 """Extended SPARQL (seed 003): parsing and rewriting to SPARQL 1.1. Pure: no I/O."""
 
 from sparql_ext.errors import (
+    InstantSyntaxError,
     ProtocolConflict,
     QuerySyntaxError,
     ReportSyntaxError,
@@ -24,6 +25,7 @@ from sparql_ext.revision import (
     Ordinal,
     RevisionDesignator,
     RevisionId,
+    parse_instant,
     parse_revision,
 )
 from sparql_ext.update import DEFAULT_GRAPH, Operation, split_update
@@ -46,9 +48,9 @@ from sparql_ext.windowing import (
 from sparql_ext.windowref import WindowRef, format_duration, format_revision, parse_window_ref
 
 __all__ = [
-    "DEFAULT_GRAPH", "Head", "Instant", "Operation", "Ordinal", "ProtocolConflict",
+    "DEFAULT_GRAPH", "Head", "Instant", "InstantSyntaxError", "Operation", "Ordinal", "ProtocolConflict",
     "QuerySyntaxError", "RevisionDesignator", "RevisionId", "RevisionSyntaxError",
-    "SparqlExtError", "UnsupportedOperation", "parse_revision", "split_update",
+    "SparqlExtError", "UnsupportedOperation", "parse_instant", "parse_revision", "split_update",
     "Element", "ElementIndex", "ListIndex", "Window", "WindowNotResolvable", "WindowRef", "WindowRefSyntaxError",
     "WindowSpec", "bind_origin", "bounds", "format_duration", "format_revision", "from_micros", "is_complete",
     "parse_window_ref", "resolve", "to_micros", "window", "windows",

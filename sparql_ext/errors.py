@@ -47,8 +47,9 @@ class RevisionSyntaxError(SparqlExtError):
     """A revision designator that is not one of HEAD, HEAD~n, UUID, ordinal or xsd:dateTime."""
 
 
-class TimestampSyntaxError(RevisionSyntaxError):
-    """An xsd:dateTime that is malformed, has no timezone, or is finer than the microsecond stream times keep."""
+class InstantSyntaxError(RevisionSyntaxError):
+    """A value that must be an ``xsd:dateTime`` with timezone (a revision, a punctuation, a timestamp) and is not,
+    or is finer than the microsecond stream times keep; the message names the value as the caller calls it."""
 
 
 class WindowRefSyntaxError(SparqlExtError):

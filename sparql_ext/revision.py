@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 import isodate
 
-from sparql_ext.errors import RevisionSyntaxError, TimestampSyntaxError
+from sparql_ext.errors import InstantSyntaxError, RevisionSyntaxError
 
 
 @dataclass(frozen=True)
@@ -59,33 +59,32 @@ MAX_OFFSET = timedelta(hours=14)  # XSD's timezone range
 FRACTION_DIGITS_KEPT = 6
 
 
-def parse_datetime_stamp(lexical: str, what: str, *, finer: str = "refuse") -> datetime:
+def parse_datetime_stamp(lexical: str, label: str, *, finer: str = "refuse") -> datetime:
     """An ``xsd:dateTimeStamp`` (an ``xsd:dateTime`` with a timezone), refused rather than changed: a value finer
-    than a microsecond is a ``TimestampSyntaxError`` (it would be truncated silently otherwise), as is a missing
-    timezone or an offset beyond ±14:00. ``what`` names the value in messages ("timestamp '…'"). With
-    ``finer="ceil"`` a finer value is moved up to the next microsecond instead (for times the server makes itself,
-    such as a rule's ``NOW()``, which has nanoseconds; see ``is_finer_than_micros``).
+    than a microsecond is an ``InstantSyntaxError`` (it would be truncated silently otherwise), as is a missing
+    timezone or an offset beyond ±14:00. ``label`` names the value as the caller calls it ("timestamp '…'",
+    "punctuation='…'"). With ``finer="ceil"`` a finer value is moved up to the next microsecond instead (for times
+    the server makes itself, such as a rule's ``NOW()``, which has nanoseconds; see ``is_finer_than_micros``).
 
     >>> parse_datetime_stamp("2020-06-01T12:00:00.5+02:00", "t").isoformat()
     '2020-06-01T12:00:00.500000+02:00'
-    >>> parse_datetime_stamp("2020-06-01T12:00:01.0000001Z", "timestamp")
+    >>> parse_datetime_stamp("2020-06-01T12:00:01.0000001Z", "timestamp '2020-06-01T12:00:01.0000001Z'")
     Traceback (most recent call last):
     ...
-    sparql_ext.errors.TimestampSyntaxError: timestamp '2020-06-01T12:00:01.0000001Z' is finer than a microsecond; \
+    sparql_ext.errors.InstantSyntaxError: timestamp '2020-06-01T12:00:01.0000001Z' is finer than a microsecond; \
 stream times are kept to the microsecond (at most 6 fractional digits of a second that are not zero)
     """
     match = _DATETIME.fullmatch(lexical)
     if match is None:
-        raise TimestampSyntaxError(f"{what} {lexical!r} is not an xsd:dateTime (e.g. 2016-06-20T10:00:00Z)")
+        raise InstantSyntaxError(f"{label} is not an xsd:dateTime with timezone such as 2016-06-20T10:00:00Z")
     if match["tz"] is None:
-        raise TimestampSyntaxError(
-            f"{what} {lexical!r} is a dateTime without a timezone (stream times need one: it has no timezone); add "
-            "'Z' or an offset such as '+01:00' (percent-encoded as %2B in a URL)")
+        raise InstantSyntaxError(f"{label} is a dateTime without a timezone; add 'Z' or an offset such as '+01:00' "
+                                 "(percent-encoded as %2B in a URL)")
     fraction = match["fraction"] or ""
     beyond = bool(fraction[FRACTION_DIGITS_KEPT:].strip("0"))
     if beyond and finer != "ceil":
-        raise TimestampSyntaxError(
-            f"{what} {lexical!r} is finer than a microsecond; stream times are kept to the microsecond (at most "
+        raise InstantSyntaxError(
+            f"{label} is finer than a microsecond; stream times are kept to the microsecond (at most "
             f"{FRACTION_DIGITS_KEPT} fractional digits of a second that are not zero)")
     # Python reads at most 6 fractional digits: the zeros past them were just checked to be zeros.
     normalized = lexical[:match.start("fraction")] + fraction[:FRACTION_DIGITS_KEPT] + lexical[match.end("fraction"):] \
@@ -94,11 +93,26 @@ stream times are kept to the microsecond (at most 6 fractional digits of a secon
         moment = isodate.parse_datetime(normalized)
         offset = moment.utcoffset()
     except (ValueError, OverflowError, isodate.ISO8601Error) as error:
-        raise TimestampSyntaxError(f"{what} {lexical!r} is not a valid dateTime: {error}") from None
+        raise InstantSyntaxError(f"{label} is not a valid dateTime: {error}") from None
     if offset is None or abs(offset) > MAX_OFFSET:
-        raise TimestampSyntaxError(f"{what} {lexical!r}: the timezone offset must be between -14:00 and +14:00 "
-                                  "(xsd:dateTime)")
+        raise InstantSyntaxError(f"{label}: the timezone offset must be between -14:00 and +14:00 (xsd:dateTime)")
     return moment + timedelta(microseconds=1) if beyond else moment
+
+
+def parse_instant(text: str, label: str | None = None) -> Instant:
+    """Parse an ``xsd:dateTime`` with timezone (a revision, a punctuation, a timestamp parameter), raising
+    ``InstantSyntaxError`` that calls the value ``label`` (default ``revision 'TEXT'``).
+
+    >>> parse_instant("2016-06-20T10:00:00 02:00").at.isoformat()  # a '+' a form decoder made a space
+    '2016-06-20T10:00:00+02:00'
+    >>> parse_instant("2016-06-20T10:00:00", "punctuation='2016-06-20T10:00:00'")
+    Traceback (most recent call last):
+    ...
+    sparql_ext.errors.InstantSyntaxError: punctuation='2016-06-20T10:00:00' is a dateTime without a timezone; \
+add 'Z' or an offset such as '+01:00' (percent-encoded as %2B in a URL)
+    """
+    value = _SPACE_FOR_PLUS.sub(r"\1+\2", text.strip())
+    return Instant(parse_datetime_stamp(value, label or f"revision {text!r}"))
 
 
 def is_finer_than_micros(lexical: str) -> bool:
@@ -128,9 +142,8 @@ def parse_revision(text: str) -> RevisionDesignator:
         return RevisionId(uuid.UUID(value.removeprefix("urn:uuid:")))
     if _INTEGER.fullmatch(value):
         return Ordinal(int(value))
-    value = _SPACE_FOR_PLUS.sub(r"\1+\2", value)
-    if _DATETIME.fullmatch(value):
-        return Instant(parse_datetime_stamp(value, "revision"))
+    if _DATETIME.fullmatch(_SPACE_FOR_PLUS.sub(r"\1+\2", value)):
+        return parse_instant(text)
     if value.startswith("HEAD"):
         raise RevisionSyntaxError(
             f"revision {text!r} is malformed: after HEAD only '~' and a number of revisions "

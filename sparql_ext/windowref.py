@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import isodate
 
-from sparql_ext.errors import RevisionSyntaxError, TimestampSyntaxError, WindowRefSyntaxError
+from sparql_ext.errors import InstantSyntaxError, RevisionSyntaxError, WindowRefSyntaxError
 from sparql_ext.revision import Head, Instant, Ordinal, RevisionDesignator, RevisionId, parse_revision
 
 _REPEAT = re.compile(r"R(?P<count>[0-9]+)?")
@@ -76,7 +76,44 @@ step=datetime.timedelta(seconds=60))
     'R5/HEAD~9/HEAD/1'
     >>> str(parse_window_ref("HEAD/-PT05M"))
     'HEAD/-PT5M'
+    >>> parse_window_ref("r/head/pt05m")
+    Traceback (most recent call last):
+    ...
+    sparql_ext.errors.WindowRefSyntaxError: WINDOWS=r/head/pt05m: 'r', 'head', 'pt05m' must be upper case: R/HEAD/PT05M
     """
+    try:
+        return _parse(text)
+    except WindowRefSyntaxError:
+        hint = _case_hint(text.strip())
+        if hint is None:
+            raise
+        raise WindowRefSyntaxError(hint) from None
+
+
+def _case_hint(ref: str) -> str | None:
+    """The message for a ref that is valid once upper-cased (keywords, durations and dateTimes are upper case;
+    a UUID may be either), naming the parts written in lower case; None if upper case would not help."""
+    parts = ref.split("/")
+    lower = [part for part in parts if part != part.upper() and not _is_revision(part)]
+    if not lower:
+        return None
+    suggestion = "/".join(part.upper() if part in lower else part for part in parts)
+    try:
+        _parse(suggestion)
+    except WindowRefSyntaxError:
+        return None
+    return f"WINDOWS={ref}: {', '.join(repr(part) for part in lower)} must be upper case: {suggestion}"
+
+
+def _is_revision(part: str) -> bool:
+    try:
+        parse_revision(part)
+    except RevisionSyntaxError:
+        return False
+    return True
+
+
+def _parse(text: str) -> WindowRef:
     ref = text.strip()
     if not ref:
         raise WindowRefSyntaxError("WINDOWS='': a WindowRef is required (e.g. HEAD/-PT05M or R/HEAD/PT05M/PT01M)")
@@ -165,11 +202,10 @@ def _fail(ref: str, message: str) -> NoReturn:
 def _revision(ref: str, part: str) -> RevisionDesignator:
     try:
         return parse_revision(part)
-    except TimestampSyntaxError as error:  # a dateTime, but not one stream times can be: say exactly why
+    except InstantSyntaxError as error:  # a dateTime, wrong in a way its message says
         raise WindowRefSyntaxError(f"WINDOWS={ref}: {error.message}") from None
-    except RevisionSyntaxError as error:
-        detail = f"; {error.message}" if "dateTime" in error.message else ""
-        raise WindowRefSyntaxError(f"WINDOWS={ref}: {part!r} is not a revision ({_REVISION_FORMS}){detail}") from None
+    except RevisionSyntaxError:
+        raise WindowRefSyntaxError(f"WINDOWS={ref}: {part!r} is not a revision ({_REVISION_FORMS})") from None
 
 
 def _duration(ref: str, part: str) -> timedelta:

@@ -47,7 +47,7 @@ def parse_timestamp(lexical: str, where: str) -> int:
     """An xsd:dateTimeStamp lexical form (timezone required, at most microseconds) as µs since the epoch.
     The literal itself is kept as it came (``ParsedElement.stamp``): the instant only orders and windows."""
     try:
-        return to_micros(parse_datetime_stamp(lexical, f"{where}: timestamp"))
+        return to_micros(parse_datetime_stamp(lexical, f"{where}: timestamp {lexical!r}"))
     except RevisionSyntaxError as error:
         raise ElementRejected(error.message) from None
 

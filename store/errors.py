@@ -79,6 +79,12 @@ class StreamNotFound(StoreError):
     status_hint = 404
 
 
+class InvalidStreamName(StoreError):
+    """A stream (or rule) name outside 1-128 letters, digits, '.', '_', '-'."""
+
+    status_hint = 400
+
+
 class StreamConflict(StoreError):
     """A stream configuration that cannot be applied (e.g. an alias another stream holds)."""
 

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from store.errors import StreamConflict, StreamNotFound
+from store.errors import InvalidStreamName, StreamConflict, StreamNotFound
 from store.stream import Stream, StreamConfig
 
 log = logging.getLogger(__name__)
@@ -17,7 +17,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 def check_stream_name(name: str) -> str:
     if not _NAME.fullmatch(name):
-        raise StreamNotFound(
+        raise InvalidStreamName(
             f"{name!r} is not a stream name: use 1-128 letters, digits, '.', '_' or '-', starting with a "
             "letter or digit"
         )

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from conformance.server import REPO_ROOT, RunningServer, running_server
+from conformance.server import REPO_ROOT, RunningServer, running_server, stalled_connections
 
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
 XSD_DT = "http://www.w3.org/2001/XMLSchema#dateTime"
@@ -53,11 +53,13 @@ class Reader(threading.Thread):
         self.url, self.params, self.headers = url, params, headers or {}
         self.chunks: list[bytes] = []
         self.response: requests.Response | None = None
+        self.answered = threading.Event()  # the response's status and headers have arrived
         self.ended = threading.Event()
 
     def run(self) -> None:
         with requests.get(self.url, params=self.params, headers=self.headers, stream=True, timeout=120) as response:
             self.response = response
+            self.answered.set()
             for chunk in response.raw.read_chunked():
                 self.chunks.append(chunk)
         self.ended.set()
@@ -110,6 +112,30 @@ def test_a_later_head_subscriber_gets_its_own_t0_and_its_own_three_windows(serve
         {"<http://ex/d>", "<http://ex/e>"}, {"<http://ex/f>"}, {"<http://ex/g>"}]
     assert first.response is not None and second.response is not None
     assert first.response.headers["Window-Sequence"] != second.response.headers["Window-Sequence"]
+
+
+def test_a_continuous_response_answers_at_once_and_runs_while_100_connections_stall(server: RunningServer) -> None:
+    # Issue 12: the headers come before the first window (none can complete before the upload below), and 100
+    # connections stalled in their headers (more than the server's 16 threads) starve neither this response nor
+    # the upload. Tumbling 1 s windows from t0 = a (10:00:00): [0,1) {a}, [1,2) {b}; c at 2.5 s completes them.
+    url = f"{server.url}/streams/stalls"
+    assert requests.put(url, timeout=10).status_code == 201
+    with stalled_connections(server.url, 100):
+        reader = Reader(url, {"WINDOWS": "R2/HEAD/PT1S"}, {"Accept": "application/n-quads"})
+        reader.start()
+        assert reader.answered.wait(2) and reader.response is not None
+        assert reader.response.headers["Window-From"] == "0" and reader.response.headers["Window-Sequence"]
+        assert reader.chunks == []
+        started = time.monotonic()
+        r = requests.post(url, data=element("a", 0) + element("b", 1.5) + element("c", 2.5), headers=TRIG, timeout=5)
+        assert r.ok and r.json()["committed"] == 3 and time.monotonic() - started < 1, r.text
+        assert reader.ended.wait(60), reader.chunks
+    assert [graphs_of_nquads(chunk) for chunk in reader.chunks] == [{"<http://ex/a>"}, {"<http://ex/b>"}]
+    # answer=latest: one response over the latest complete window, window 1 {b} (window 2 [2,3) is not complete)
+    r = requests.get(url, params={"WINDOWS": "R2/HEAD/PT1S", "answer": "latest", "query": "ASK { ?s ?p ?o }"},
+                     timeout=10)
+    assert r.status_code == 200 and r.json()["boolean"] is True
+    assert (r.headers["Window-Index"], r.headers["Window-Elements"]) == ("1", "1")
 
 
 def test_rn_of_backward_windows_sends_n_windows(server: RunningServer) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 MODULES = ["sparql_ext.errors", "sparql_ext.lexer", "sparql_ext.revision", "sparql_ext.iris", "sparql_ext.update",
            "sparql_ext.windowref", "sparql_ext.windowing", "store.terms", "store.stream", "protocol.negotiation",
-           "sparql_ext.windowed"]
+           "sparql_ext.windowed", "protocol.parameters"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,14 +1,20 @@
-"""The real server (gunicorn on 127.0.0.1): the only test file that opens sockets."""
+"""The real server (gunicorn on 127.0.0.1): chunked bodies, slow and stalled clients, response headers."""
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
 
-from conformance.server import running_server
+from conformance.server import running_server, stalled_connections
+
+PROV = "http://www.w3.org/ns/prov#generatedAtTime"
+XSD_DT = "http://www.w3.org/2001/XMLSchema#dateTime"
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +58,127 @@ def test_broken_chunked_upload_keeps_the_previous_graph(server: str) -> None:
     r = requests.put(graph, data=body(), headers={"Content-Type": "application/n-triples"})
     assert r.status_code == 400 and "line 1001" in r.text
     assert requests.get(graph).text.strip() == '<http://ex/s> <http://ex/p> "kept" .'
+
+
+def _element(name: str, second: int) -> bytes:
+    return (f'<http://ex/{name}> <{PROV}> "2016-06-20T10:00:{second:02d}Z"^^<{XSD_DT}> .\n'
+            f'<http://ex/{name}> {{ <http://ex/{name}> <http://ex/v> {second} . }}\n').encode()
+
+
+def _timed(method: str, url: str, **kwargs: object) -> tuple[requests.Response, float]:
+    started = time.monotonic()
+    response = requests.request(method, url, timeout=5, **kwargs)  # type: ignore[arg-type]
+    return response, time.monotonic() - started
+
+
+def test_stalled_connections_do_not_starve_the_others(server: str) -> None:
+    # 100 connections stall in their headers: more than the server's 16 threads. Each normal request must still
+    # answer within a second, and the stalled ones are still open (the header deadline, 10 s, has not passed).
+    assert requests.put(server + "/streams/stalls", timeout=5).status_code == 201
+    with stalled_connections(server, 100) as stalled:
+        r, took = _timed("GET", server + "/status")
+        assert r.status_code == 200 and took < 1, took
+        r, took = _timed("GET", server + "/sparql", params={"query": "ASK {}"})
+        assert r.status_code == 200 and r.json()["boolean"] is True and took < 1, took
+        # a chunked upload (a generator body) of three elements, then a one-shot window over them
+        r, took = _timed("POST", server + "/streams/stalls", data=iter([_element("a", 0), _element("b", 1),
+                                                                        _element("c", 2)]),
+                         headers={"Content-Type": "application/trig"})
+        assert r.status_code == 200 and r.json()["committed"] == 3 and took < 1, (r.text, took)
+        r, took = _timed("GET", server + "/streams/stalls", params={
+            "WINDOWS": "HEAD~1/HEAD", "query": "SELECT (SUM(?v) AS ?sum) { GRAPH ?g { ?s ?p ?v } }"},
+            headers={"Accept": "text/csv"})
+        assert r.status_code == 200 and r.text.split() == ["sum", "3"] and took < 1, (r.text, took)  # b 1 + c 2
+        # a continuous response gets its headers at once (no pipeline here: its first window never completes)
+        started = time.monotonic()
+        with requests.get(server + "/streams/stalls", params={"WINDOWS": "R/HEAD/PT1S"}, stream=True,
+                          timeout=5) as continuous:
+            assert continuous.status_code == 200 and time.monotonic() - started < 1
+        for sock in stalled:  # not answered, not closed: they only wait for the rest of their headers
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(1)
+
+
+@pytest.mark.parametrize(("params", "accept", "content_type"), [
+    ({}, "application/n-quads", "application/n-quads"),  # chunked documents
+    ({"packaging": "lines"}, "", "application/n-quads"),
+    ({"query": "SELECT * { ?s ?p ?o }"}, "text/csv", "text/csv"),
+    ({}, "multipart/mixed", "multipart/mixed; boundary="),
+    ({}, "text/event-stream", "text/event-stream; charset=utf-8"),
+])
+def test_a_continuous_response_sends_its_headers_at_once(server: str, params: dict[str, str], accept: str,
+                                                         content_type: str) -> None:
+    # no pipeline: the first window never completes, so headers that arrive were sent before any window
+    url = server + "/streams/headers"
+    requests.put(url, timeout=5)
+    started = time.monotonic()
+    with requests.get(url, params={"WINDOWS": "R/HEAD/PT1M", **params}, headers={"Accept": accept}, stream=True,
+                      timeout=5) as r:
+        took = time.monotonic() - started
+        assert r.status_code == 200 and took < 2, took
+        assert r.headers["Content-Type"].startswith(content_type)
+        assert len(r.headers["Window-Sequence"]) == 16 and r.headers["Window-From"] == "0"
+
+
+@pytest.fixture(scope="module")
+def impatient() -> Iterator[str]:
+    """A server whose requests must send their headers within 1 s."""
+    with running_server(["--no-pipeline", "--header-timeout", "1"]) as running:
+        yield running.url
+
+
+def test_headers_past_the_deadline_get_a_408_and_the_connection_is_closed(impatient: str) -> None:
+    with stalled_connections(impatient, 1) as [partial], \
+            stalled_connections(impatient, 1, b"") as [silent]:
+        started = time.monotonic()
+        partial.settimeout(5)
+        answer = b""
+        while chunk := partial.recv(4096):
+            answer += chunk
+        took = time.monotonic() - started
+        assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+        assert b"Connection: close" in answer and answer.endswith(b"the request's headers took longer than 1 s\n")
+        assert 0.9 < took < 3, took  # the deadline (1 s), checked about once a second
+        silent.settimeout(5)
+        assert silent.recv(4096) == b""  # a connection that sent nothing is closed without an answer
+
+
+def test_headers_sent_slowly_within_the_deadline_are_served(impatient: str) -> None:
+    address = urlsplit(impatient)
+    with socket.create_connection((address.hostname, address.port), timeout=5) as sock:
+        for request in range(2):  # two requests on one kept-alive connection, each sent in pieces
+            for piece in (b"GET /sta", b"tus HTTP/1.1\r\nHo", b"st: x\r\n", b"\r\n"):
+                sock.sendall(piece)
+                time.sleep(0.15)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += sock.recv(1)
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n"), (request, head)
+            length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+                         .split(b":")[1])
+            body = b""
+            while len(body) < length:
+                body += sock.recv(length - len(body))
+            assert b'"dataset"' in body
+        # two requests in one piece (pipelined): both answered
+        sock.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\nGET /status HTTP/1.1\r\nHost: x\r\n"
+                     b"Connection: close\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        assert answer.count(b"HTTP/1.1 200 OK\r\n") == 2, answer[:300]
+
+
+def test_a_long_upload_is_not_cut_by_the_header_deadline(impatient: str) -> None:
+    # the deadline bounds the headers only: a body that trickles for 3 s (three times the deadline) is all stored
+    url = impatient + "/streams/trickle"
+    assert requests.put(url, timeout=5).status_code == 201
+
+    def trickle() -> Iterator[bytes]:
+        for second in range(4):
+            yield _element(f"e{second}", second)
+            time.sleep(1)
+
+    r = requests.post(url, data=trickle(), headers={"Content-Type": "application/trig"}, timeout=30)
+    assert r.status_code == 200 and r.json()["committed"] == 4, r.text

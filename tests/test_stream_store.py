@@ -44,7 +44,7 @@ def test_framing_timestamp_before_or_after_and_punctuation() -> None:
     (stamp("a", 0) + stamp("a", 1) + "<http://ex/a> { <x:s> <x:p> 1 . }\n", ElementRejected, "second timestamp"),
     ('<http://ex/a> <' + PROV + '> "yesterday" .\n', ElementRejected, "not an xsd:dateTime"),
     ('<http://ex/a> <' + PROV + '> "2016-06-20T10:00:00"^^<http://www.w3.org/2001/XMLSchema#dateTime> .\n',
-     ElementRejected, "no timezone"),
+     ElementRejected, "without a timezone"),
     ("<http://ex/a> { <x:s> <x:p> 1 . }\n<http://ex/b> { <x:s> <x:p> \"open . }\n", RdfSyntaxError,
      "element 1 (graph <http://ex/a>) or the element after it, near byte"),
     (stamp("a", 0) + "<http://ex/a> { <x:s> <x:p> 1 . }\n" + stamp("b", 1) + "<http://ex/b> { <x:s> \"open . }\n",

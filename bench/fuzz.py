@@ -324,8 +324,8 @@ def check_parse_extended(text: str) -> str:
 
 
 def check_checked_query(text: str) -> str:
-    """``store.evaluation.checked_query`` (parse_extended + pyoxigraph's check of every part): the same property."""
-    from store.evaluation import checked_query
+    """``engine.evaluation.checked_query`` (parse_extended + pyoxigraph's check of every part): the same property."""
+    from engine.syntax import checked_query
 
     return _check_query_parser("checked_query", checked_query, text)
 

@@ -1,4 +1,4 @@
-"""Rule firings in the driver vs in Spark executors (concentrator/rule_tasks.py): what ``--rules-on`` trades.
+"""Rule firings in the driver vs in Spark executors (rules/tasks.py): what ``--rules-on`` trades.
 
 One in-memory server app (no HTTP, no pipeline): a stream of ``--windows`` × ``--window`` heart-rate readings and
 static data (a threshold per patient); a rule joins each window with the static data and aggregates it (the shape of
@@ -32,12 +32,13 @@ from typing import Any
 from flask import Flask
 
 from bench.harness import Measurement, print_table, write_json
-from concentrator.rule_tasks import ExecutorPool, RuleTask, ineligible_reason, window_data
-from concentrator.spark import SparkSettings, spark_session
 from conformance.spark_cluster import standalone_cluster
+from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.selection import SelectedWindow
+from pipeline.spark import SparkSettings, spark_session
 from protocol import ServerConfig, create_app
-from store.evaluation import ExtendedEvaluator, QueryTarget
-from store.selection import SelectedWindow
+from protocol.services import services_of
+from rules.tasks import ExecutorPool, RuleTask, ineligible_reason, window_data
 
 HOST = "http://localhost"
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
@@ -92,14 +93,14 @@ def build_app(directory: Path, windows: int, size: int) -> Flask:
 
 
 def firing(app: Flask, w: int, size: int) -> ExtendedEvaluator:
-    evaluator: ExtendedEvaluator = app.extensions["evaluator"].with_local_bases([HOST])
+    evaluator: ExtendedEvaluator = services_of(app).evaluator.with_local_bases([HOST])
     ordinals = list(range(w * size + 1, (w + 1) * size + 1))
     return evaluator.for_rule([HOST], {("hr", "R/HEAD/PT5M"): SelectedWindow(ordinals, commit=w)})
 
 
 def drop_copies(app: Flask) -> None:
     """Each firing pays for copying its window (the stream keeps the latest few copies)."""
-    app.extensions["streams"].get("hr")._window_stores.clear()
+    services_of(app).streams.get("hr")._window_stores.clear()
 
 
 def run_driver(app: Flask, rule: str, windows: int, size: int) -> tuple[float, list[str]]:

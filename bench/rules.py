@@ -32,7 +32,7 @@ b. **Per-window cost: rule firing vs plain pyoxigraph** (in-process, no HTTP, no
    a window at once, ≥ 2,000 quads, which the stream writes with ``bulk_load``); window revisions are materialized
    by hand (what the pipeline writes). The rule's cost is what ``RuleRunner.fire`` evaluates:
    ``evaluator.for_rule([base], pins).query(rule, QueryTarget(base_iri=base))`` with the firing window pinned
-   (``store.selection.revision_window``), over one of the ``LIVE_WINDOWS`` latest windows (as a firing on a
+   (``engine.selection.revision_window``), over one of the ``LIVE_WINDOWS`` latest windows (as a firing on a
    completed window is: its elements are still among those the stream keeps in memory, ``Stream.window_store``),
    with the stream's kept window copies dropped first so that each firing pays for copying its window; a second row
    fires on an old window, copied from the on-disk store. The baseline is one pyoxigraph ``Store`` holding the base
@@ -85,12 +85,12 @@ from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad, RdfFormat, Store
 
 from bench.harness import Measurement, print_table, write_json
 from conformance.server import RunningServer, running_server
+from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.selection import revision_window
+from rules.registry import Rule, RuleRegistry
 from sparql_ext import parse_extended
 from store import RevisionedDataset
 from store.elements import PROV_GENERATED_AT_TIME, ElementFramer
-from store.evaluation import ExtendedEvaluator, QueryTarget
-from store.rules import Rule, RuleRegistry
-from store.selection import revision_window
 from store.stream import Stream, StreamConfig
 from store.streams import StreamCatalog
 from store.windows import PipelineState, WindowRevision, new_revision

@@ -41,7 +41,7 @@ STREAM = "bench"
 
 @dataclass(frozen=True)
 class Spec:
-    """A forward sliding window sequence (the fields ``concentrator.assignment`` reads)."""
+    """A forward sliding window sequence (the fields ``pipeline.assignment`` reads)."""
 
     kind: str = "time"
     backward: bool = False
@@ -184,9 +184,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tmpdir", type=Path, default=None)
     args = parser.parse_args(argv)
 
-    from concentrator.assignment import assign_windows
-    from concentrator.element_source import start_element_pipeline, stop_element_pipeline
-    from concentrator.spark import SparkSettings, spark_session
+    from pipeline.assignment import assign_windows
+    from pipeline.element_source import start_element_pipeline, stop_element_pipeline
+    from pipeline.spark import SparkSettings, spark_session
 
     runs: list[dict[str, Any]] = []
     phases: dict[str, dict[str, float]] = {}

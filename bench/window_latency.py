@@ -32,8 +32,8 @@ from typing import Any
 from pyoxigraph import Literal, NamedNode, Quad
 
 from bench.harness import write_json
-from concentrator.pipeline import WindowPipeline
-from concentrator.spark import SparkSettings
+from pipeline.batches import WindowPipeline
+from pipeline.spark import SparkSettings
 from sparql_ext.windowing import resolve
 from sparql_ext.windowref import parse_window_ref
 from store.elements import ParsedElement

@@ -1,5 +1,6 @@
-"""The ``concentrator`` command. This module is the composition root: it wires protocol, store
-and (later) the Spark pipeline together, so it is the one place allowed to import them all."""
+"""The ``concentrator`` command: ``serve`` (the HTTP server over a data directory, with the Spark window pipeline
+and rules: ``concentrator.compose`` wires the parts), ``tail`` (follow a continuous response in a terminal) and
+``replay`` (recorded streams through rules, offline)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from concentrator.rule_tasks import PLACEMENTS
 from protocol import ServerConfig
+from rules.tasks import PLACEMENTS
 
 if TYPE_CHECKING:
     from flask import Flask
 
-    from concentrator.rule_tasks import Placement
+    from rules.tasks import Placement
 
 
 def _spark_conf(text: str) -> tuple[str, str]:
@@ -137,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_replay(args: argparse.Namespace) -> int:
     from concentrator.replay import replay
-    from store import StoreError
+    from sparql_ext.errors import ConcentratorError
 
     aliases: dict[str, list[str]] = {}
     for item in args.alias:
@@ -149,7 +150,7 @@ def run_replay(args: argparse.Namespace) -> int:
     try:
         summary = replay(args.files, args.rules, args.out, base_data=args.base, aliases=aliases,
                          spark_master=args.spark_master, rules_on=args.rules_on)
-    except (OSError, ValueError, TimeoutError, StoreError) as error:
+    except (OSError, ValueError, TimeoutError, ConcentratorError) as error:
         print(f"concentrator replay: {error}", file=sys.stderr)
         return 1
     outputs = ", ".join(f"{name}: {count}" for name, count in summary.outputs.items()) or "none"
@@ -250,44 +251,17 @@ def tail(args: argparse.Namespace) -> int:
 
 def build_app(config: ServerConfig, spark_master: str | None, rules_dir: Path | None = None,
               base_url: str = "", rules_on: Placement = "auto", spark_conf: dict[str, str] | None = None) -> Flask:
-    """The server's parts: the dataset, the streams, the window pipeline (on Spark), the HTTP app."""
-    import requests
-
-    from concentrator.rule_tasks import ExecutorPool
-    from concentrator.rules import RuleRunner
+    """The server (``concentrator.compose.assemble``) and its HTTP app; called in gunicorn's worker process."""
+    from concentrator.compose import assemble
     from protocol import create_app
-    from store import RevisionedDataset
-    from store.evaluation import ExtendedEvaluator
-    from store.rules import RuleRegistry
-    from store.streams import StreamCatalog
 
-    dataset = RevisionedDataset(config.data_dir, in_memory=config.in_memory, retention=config.retention)
-    catalog = StreamCatalog(config.data_dir / "streams", in_memory=config.in_memory)
-    evaluator = ExtendedEvaluator(dataset, catalog, [], requests.Session(),
-                                  allow_hosts=None if config.service_allow is None else frozenset(config.service_allow))
-    registry = RuleRegistry(config.data_dir / "rules", evaluator)
-    if rules_dir is not None:
-        for error in registry.load_directory(rules_dir, base_url):
-            print(f"concentrator: rule not loaded: {error}", file=sys.stderr)
-    pipeline = None
-    if spark_master is not None:
-        from concentrator.pipeline import WindowPipeline
-        from concentrator.spark import SparkSettings
-
-        pipeline = WindowPipeline(catalog, config.data_dir, SparkSettings(master=spark_master, conf=spark_conf or {}))
-    runner = RuleRunner(registry, evaluator, placement=rules_on, spark_master=spark_master or "",
-                        pool=None if pipeline is None else ExecutorPool(lambda: pipeline.spark))
-    caught_up = runner.catch_up()  # windows committed before a crash that their rules had not fired on
-    if caught_up:
-        print(f"concentrator: fired rules on {caught_up} window(s) committed before the last stop", file=sys.stderr)
-    pipeline_status = None
-    if pipeline is not None:
-        pipeline.on_windows.append(runner.on_windows)
-        pipeline.start_in_background()  # Spark takes seconds to start; requests are answered meanwhile
-        atexit.register(pipeline.stop, stop_session=True)
-        pipeline_status = pipeline.status
-    atexit.register(catalog.close)
-    return create_app(config, dataset, catalog, pipeline_status, registry, evaluator)
+    server = assemble(config, spark_master=spark_master, rules_dir=rules_dir, base_url=base_url, rules_on=rules_on,
+                      spark_conf=spark_conf)
+    for error in server.rule_errors:
+        print(f"concentrator: rule not loaded: {error}", file=sys.stderr)
+    server.start()
+    atexit.register(server.close)
+    return create_app(config, server.services)
 
 
 def main(argv: list[str] | None = None) -> int:

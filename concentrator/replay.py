@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 
 from pyoxigraph import RdfFormat, serialize
 
+from store.durable import now_micros
 from store.elements import ElementFramer, ParsedElement
-from store.stream import now_micros
 
 if TYPE_CHECKING:
-    from concentrator.rule_tasks import Placement
+    from rules.tasks import Placement
 
 BASE = "http://replay.invalid"  # the replay's base URL: rules' <streams/NAME?…> resolve to its streams
 QUIET_SECONDS = 3.0
@@ -53,47 +53,36 @@ def _elements(path: Path, stream: str, predicate: str) -> Iterator[tuple[int, st
 def replay(files: list[Path], rules_dir: Path, out: Path, *, base_data: Path | None = None,
            aliases: dict[str, list[str]] | None = None, spark_master: str = "local[2]",
            rules_on: Placement = "auto", progress: bool = True, timeout: float = 600.0) -> ReplaySummary:
-    from concentrator.pipeline import WindowPipeline
-    from concentrator.rule_tasks import ExecutorPool
-    from concentrator.rules import RuleRunner
-    from concentrator.spark import SparkSettings
-    from store import RevisionedDataset
-    from store.evaluation import ExtendedEvaluator
-    from store.rules import RuleRegistry
-    from store.stream import StreamConfig
-    from store.streams import StreamCatalog
+    from concentrator.compose import assemble
+    from protocol.services import ServerConfig, Services
+    from store.stream_config import StreamConfig
 
     started = time.monotonic()
-    # Closed in reverse order of opening, each even if another's close fails: the pipeline (its batches write to
-    # the streams), the streams and the dataset (their stores write files until closed), then the directory.
-    with ExitStack() as closing:
-        data = Path(closing.enter_context(tempfile.TemporaryDirectory(prefix="concentrator-replay-")))
-        dataset = RevisionedDataset(data / "data")
-        closing.callback(dataset.close)
-        catalog = StreamCatalog(data / "streams")
-        closing.callback(catalog.close)
+    names = [path.stem for path in files]
+
+    def prepare(services: Services) -> None:
         if base_data is not None:
             rdf_format = RdfFormat.from_extension(base_data.suffix.lstrip(".")) or RdfFormat.TRIG
             with base_data.open("rb") as source:
-                dataset.add(dataset.stage(source, rdf_format))
-        names = [path.stem for path in files]
+                services.dataset.add(services.dataset.stage(source, rdf_format))
         for name in dict.fromkeys([*names, *(aliases or {})]):  # an alias without a file: an empty stream
-            catalog.put(StreamConfig(name, aliases=(aliases or {}).get(name, [])))
-        evaluator = ExtendedEvaluator(dataset, catalog, [BASE])
-        registry = RuleRegistry(data / "rules", evaluator)
-        errors = registry.load_directory(rules_dir, BASE)
-        if errors:
-            raise ValueError("rules not loaded:\n" + "\n".join(errors))
-        pipeline = WindowPipeline(catalog, data, SparkSettings(master=spark_master))
-        runner = RuleRunner(registry, evaluator, placement=rules_on, spark_master=spark_master,
-                            pool=ExecutorPool(lambda: pipeline.spark))
-        pipeline.on_windows.append(runner.on_windows)
-        closing.callback(pipeline.stop, stop_session=True)
-        starting = pipeline.start_in_background()
-        closing.callback(starting.join)  # a stop before the query runs would not stop the query started after it
+            services.streams.put(StreamConfig(name, aliases=(aliases or {}).get(name, [])))
+
+    # The server is closed before its scratch directory is removed: the pipeline (its batches write to the
+    # streams), then the streams and the dataset (their stores write files until closed).
+    with ExitStack() as closing:
+        data = Path(closing.enter_context(tempfile.TemporaryDirectory(prefix="concentrator-replay-")))
+        server = assemble(ServerConfig(data), spark_master=spark_master, rules_dir=rules_dir, base_url=BASE,
+                          rules_on=rules_on, prepare=prepare)
+        closing.callback(server.close)
+        if server.rule_errors:
+            raise ValueError("rules not loaded:\n" + "\n".join(server.rule_errors))
+        assert server.pipeline is not None
+        server.start()
+        catalog, registry = server.services.streams, server.services.rules
         total = _feed(files, names, catalog, progress)
         _punctuate(catalog, names)
-        windows = _settle(catalog, registry, pipeline, progress, total, started + timeout)
+        windows = _settle(catalog, registry, server.pipeline, progress, total, started + timeout)
         outputs = {rule.output for rule in registry.rules()}
         counts = _write(catalog, sorted(outputs), out)
     if progress:

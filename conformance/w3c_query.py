@@ -1,7 +1,7 @@
 """Run the W3C SPARQL 1.1 ``service/`` and ``construct/`` query manifests through ``ExtendedEvaluator``.
 
 Why here and not at ``/sparql``: these suites test query *evaluation*, and the code that evaluates
-``SERVICE`` is ``store.evaluation.ExtendedEvaluator`` (pyoxigraph has no hook for it).  Each test's
+``SERVICE`` is ``engine.evaluation.ExtendedEvaluator`` (pyoxigraph has no hook for it).  Each test's
 default dataset (``qt:data``) and named graphs (``qt:graphData``, named by their file IRI) go into a
 fresh in-memory ``RevisionedDataset``; the query runs with the query file's IRI as base.
 
@@ -43,9 +43,10 @@ from rdflib.term import Node
 
 from conformance import server, w3c
 from conformance.w3c import MF, ManifestError, TestResult, format_table, snippet, tests_dir
+from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.results import ConstructedTriples
 from sparql_ext import QuerySyntaxError
 from store import RevisionedDataset
-from store.evaluation import ConstructedTriples, ExtendedEvaluator, QueryTarget
 from store.streams import StreamCatalog
 
 QT = Namespace("http://www.w3.org/2001/sw/DataAccess/tests/test-query#")

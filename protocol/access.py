@@ -23,9 +23,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from flask import Flask, current_app, request
+from flask import Flask, request
 
 from protocol.errors import HttpProblem
+from protocol.services import services
 
 FORM = "application/x-www-form-urlencoded"
 
@@ -110,5 +111,5 @@ def _stream_token(path: str) -> str | None:
     parts = path.strip("/").split("/")
     if len(parts) != 2 or parts[0] != "streams":
         return None
-    stream = current_app.extensions["streams"].find(parts[1])
+    stream = services().streams.find(parts[1])
     return None if stream is None else stream.config.write_token_sha256  # type: ignore[no-any-return]

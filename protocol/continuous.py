@@ -26,18 +26,15 @@ import functools
 import itertools
 import select
 import socket
-import threading
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from flask import Response, current_app, request
-from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples, RdfFormat, Store, serialize
+from flask import Response, request
 
-from protocol.errors import BadRequest, NotAcceptable
-from protocol.negotiation import DATASET_FORMATS, GRAPH_FORMATS, RESULTS_FORMATS, best_media_type
+from protocol.errors import BadRequest
+from protocol.packaging import Packager, choose
+from protocol.responses import bounds_headers
 from protocol.resume import (
     Start,
     check_available,
@@ -47,255 +44,17 @@ from protocol.resume import (
     seed_window,
     subscribed_sequence,
 )
-from protocol.window_results import SharedResults
-from sparql_ext import THEN_FUNCTION
-from sparql_ext.reporting import Reporter, ReportPolicy, ReportSpec, parse_report
-from sparql_ext.windowing import Window, WindowSpec, bind_origin, bounds, window
+from protocol.services import Registration, Registrations, services
+from protocol.window_results import kind_of, producer
+from sparql_ext.reporting import ReportPolicy, parse_report
+from sparql_ext.windowing import Window, WindowSpec, bind_origin, bounds, format_micros, window
 from sparql_ext.windowref import WindowRef, parse_window_ref
-from store.evaluation import (
-    ConstructedQuads,
-    ConstructedTriples,
-    ExtendedEvaluator,
-    QueryTarget,
-    checked_query,
-    solutions_from_rows,
-)
-from store.selection import bounds_headers
-from store.stream import Stream, format_micros, now_micros
+from store.durable import now_micros
+from store.stream import Stream
 from store.windows import Sequence
 
-PACKAGINGS = ("chunked", "lines", "multipart", "event-stream")
 POLL_SECONDS = 0.5
 MAX_LAG = 1_000
-LINE_FORMATS = {"application/n-quads": RdfFormat.N_QUADS, "application/n-triples": RdfFormat.N_TRIPLES}
-
-
-@dataclass
-class Registration:
-    """One running continuous response (shown in /status)."""
-
-    id: str
-    stream: str
-    ref: str
-    packaging: str
-    media_type: str
-    client: str
-    started: str
-    windows_sent: int = 0
-    last_window: int | None = None
-
-    def delivered(self, index: int, part: bytes) -> bytes:
-        """Count a window's part as sent (for /status) and pass it on."""
-        self.windows_sent += 1
-        self.last_window = index
-        return part
-
-
-@dataclass
-class Registrations:
-    """The continuous responses running now."""
-
-    _items: dict[str, Registration] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, registration: Registration) -> None:
-        with self._lock:
-            self._items[registration.id] = registration
-
-    def remove(self, ident: str) -> None:
-        with self._lock:
-            self._items.pop(ident, None)
-
-    def status(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [asdict(r) for r in self._items.values()]
-
-
-# -- what one window gives --------------------------------------------------------------------------------------
-
-@dataclass
-class WindowResult:
-    """A window's answer: ``kind`` is 'quads' (the window dataset, or a quad template), 'triples', 'solutions'
-    (``variables`` and rows as tuples, None = unbound) or 'boolean'."""
-
-    kind: str
-    items: list[Any]
-    variables: tuple[str, ...] = ()
-
-
-def window_result(stream: Stream, ordinals: list[int], commit: int, query: str | None, evaluator: ExtendedEvaluator,
-                  base_iri: str) -> WindowResult:
-    """The result of ``query`` (None: the window dataset) over the window dataset of these elements."""
-    window = stream.window_store(ordinals)
-    if query is None:
-        return WindowResult("quads", list(window))
-    result = evaluator.query(query, QueryTarget(window, None, None, commit, base_iri, None, stream))
-    if isinstance(result, ConstructedQuads):
-        return WindowResult("quads", list(result))
-    if isinstance(result, ConstructedTriples):
-        return WindowResult("triples", list(result))
-    if isinstance(result, QueryBoolean):
-        return WindowResult("boolean", [bool(result)])
-    assert isinstance(result, QuerySolutions)
-    names = tuple(v.value for v in result.variables)
-    return WindowResult("solutions", [tuple(s[n] for n in names) for s in result], names)
-
-
-def kind_of(query: str | None, base_iri: str | None) -> str:
-    """The result kind of a query, known before any window so that the response's type is fixed up front: the
-    rewritten query (extension parts cut out: nothing is fetched) runs once on an empty store."""
-    if query is None:
-        return "quads"
-    extended = checked_query(query, base_iri)
-    if extended.template is not None:
-        return "quads"
-    result = Store().query(extended.sparql, base_iri=base_iri,
-                           custom_functions={NamedNode(THEN_FUNCTION): lambda: None})
-    return "triples" if isinstance(result, QueryTriples) else "boolean" if isinstance(result, QueryBoolean) \
-        else "solutions"
-
-
-def numbered(items: list[Any]) -> list[tuple[Any, int]]:
-    """Equal items numbered ``(item, 1), (item, 2), …``: a bag as a set, so that the Reporter's set difference
-    (IStream, DStream) is bag difference — a solution found twice now and once before is new once.
-
-    >>> numbered(["a", "b", "a"])
-    [('a', 1), ('b', 1), ('a', 2)]
-    """
-    seen: Counter[Any] = Counter()
-    result = []
-    for item in items:
-        seen[item] += 1
-        result.append((item, seen[item]))
-    return result
-
-
-def producer(stream: Stream, query: str | None, evaluator: ExtendedEvaluator, base_iri: str, spec: ReportSpec,
-             media_type: str, shared: SharedResults[WindowResult] | None = None,
-             ) -> Callable[[list[int], int, int], bytes | None]:
-    """What each evaluation gives the client: ``produce(ordinals, commit, at)`` evaluates the query over those
-    elements (a window, or with ``content-change`` the window active at an arrival) and passes its result, as a
-    bag, through the report policy and the stream operator (RStream: the result; IStream: what is new since the
-    previous evaluation; DStream: what left it); ``at`` is the window's end or the arrival's time (µs)."""
-    reporter = Reporter(spec)
-
-    def produce(ordinals: list[int], commit: int, at: int) -> bytes | None:
-        if ReportPolicy.NON_EMPTY_CONTENT in spec.policies and not ordinals:
-            return None  # not evaluated, and not the previous window of the next one
-        def evaluate() -> WindowResult:
-            return window_result(stream, ordinals, commit, query, evaluator, base_iri)
-
-        if shared is None or not ordinals:
-            result = evaluate()
-        else:  # every response asking this query of this window shares one evaluation
-            key = (stream.config.name, ordinals[0], ordinals[-1], len(ordinals), commit, query, base_iri)
-            result = shared.get(key, evaluate)
-        kept = reporter.report(at, numbered(result.items), len(ordinals))
-        if kept is None:
-            return None
-        return serialize_items(result.kind, [item for item, _ in kept], result.variables, media_type)
-
-    return produce
-
-
-def serialize_items(kind: str, items: list[Any], variables: tuple[str, ...], media_type: str) -> bytes:
-    if kind == "quads":
-        return serialize(items, format=DATASET_FORMATS[media_type])  # type: ignore[no-any-return]
-    if kind == "triples":
-        return serialize(items, format=GRAPH_FORMATS[media_type])  # type: ignore[no-any-return]
-    if kind == "boolean":
-        solutions: Any = Store().query("ASK {}" if items and items[0] else "ASK { FILTER(false) }")
-    else:
-        solutions = solutions_from_rows(list(variables),
-                                        [{n: t for n, t in zip(variables, row, strict=True) if t is not None}
-                                         for row in items])
-    return solutions.serialize(format=RESULTS_FORMATS[media_type])  # type: ignore[no-any-return]
-
-
-# -- packaging ----------------------------------------------------------------------------------------------------
-
-OFFERED = {"quads": DATASET_FORMATS, "triples": GRAPH_FORMATS, "solutions": RESULTS_FORMATS,
-           "boolean": RESULTS_FORMATS}
-LINE_DEFAULT = {"quads": "application/n-quads", "triples": "application/n-triples"}
-
-
-def choose(kind: str, accept: str | None, packaging: str | None, format_: str | None) -> tuple[str, str]:
-    """(packaging, media type of each window's document) for this request."""
-    if packaging is None:
-        wanted = best_media_type(accept, ["multipart/mixed", "text/event-stream"]) if accept else None
-        explicit = wanted is not None and wanted in (accept or "")
-        packaging = {"multipart/mixed": "multipart", "text/event-stream": "event-stream"}.get(
-            wanted or "", "chunked") if explicit else "chunked"
-    if packaging not in PACKAGINGS:
-        raise BadRequest(f"packaging={packaging!r}: use one of {', '.join(PACKAGINGS)}")
-    offered = list(OFFERED[kind])
-    if packaging == "lines":
-        if kind not in LINE_DEFAULT:
-            raise BadRequest("packaging=lines is a continuous N-Quads / N-Triples stream: it needs the window "
-                             "dataset or a CONSTRUCT; use chunked, multipart or event-stream for SELECT / ASK")
-        return packaging, LINE_DEFAULT[kind]
-    if format_ is not None:
-        if format_ not in offered:
-            raise NotAcceptable(f"format={format_!r}: this result is available as {', '.join(offered)}")
-        return packaging, format_
-    if packaging == "event-stream" and kind in LINE_DEFAULT:
-        return packaging, LINE_DEFAULT[kind]  # one line per data: field
-    if packaging == "chunked":
-        media_type = best_media_type(accept, offered)
-        if media_type is None:
-            raise NotAcceptable(f"this result is available as {', '.join(offered)} (one document per window)")
-        return packaging, media_type
-    return packaging, offered[0]
-
-
-@dataclass
-class Packager:
-    packaging: str
-    media_type: str
-    boundary: str = field(default_factory=lambda: f"window-{uuid.uuid4().hex}")
-
-    @property
-    def content_type(self) -> str:
-        if self.packaging == "multipart":
-            return f"multipart/mixed; boundary={self.boundary}"
-        if self.packaging == "event-stream":
-            return "text/event-stream; charset=utf-8"
-        return self.media_type
-
-    def opening(self) -> bytes:
-        """Sent when the response starts (before any window; the headers go before it, see ``HeadersAtOnce``):
-        multipart's first delimiter, so that every part can end with the next delimiter and be complete as soon as
-        it is sent; an SSE comment. Nothing for bare documents, whose every chunk is a window's document."""
-        if self.packaging == "multipart":
-            return f"--{self.boundary}".encode()
-        if self.packaging == "event-stream":
-            return b": window results follow\n\n"
-        return b""
-
-    def part(self, headers: dict[str, str], body: bytes) -> bytes:
-        if self.packaging == "multipart":
-            head = "".join(f"{k}: {v}\r\n" for k, v in {"Content-Type": self.media_type, **headers}.items())
-            return f"\r\n{head}\r\n".encode() + body + f"\r\n--{self.boundary}".encode()
-        if self.packaging == "event-stream":
-            lines = body.decode("utf-8").splitlines() or [""]
-            data = "".join(f"data: {line}\n" for line in lines)
-            return f"event: window\nid: {headers.get('Window-Index', '')}\n{data}\n".encode()
-        return body
-
-    def closing(self) -> bytes:
-        """Ends a multipart body (after the last part's delimiter)."""
-        return b"--\r\n" if self.packaging == "multipart" else b""
-
-    def notice(self, message: str) -> bytes:
-        """A closing remark where the packaging has room for one (none in a bare document stream)."""
-        if self.packaging == "multipart":
-            return f"\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n{message}\r\n--{self.boundary}--\r\n".encode()
-        if self.packaging == "event-stream":
-            return f"event: end\ndata: {message}\n\n".encode()
-        return b""
-
-    def keepalive(self) -> bytes:
-        return b": keep-alive\n\n" if self.packaging == "event-stream" else b""
 
 
 # -- the response body ----------------------------------------------------------------------------------------
@@ -505,7 +264,7 @@ def wants_continuous(windows: str, answer: str | None) -> bool:
 def continuous_response(stream: Stream, windows: str, query: str | None) -> Response:
     ref = parse_window_ref(windows)
     base = request.host_url.rstrip("/")
-    evaluator = current_app.extensions["evaluator"].with_local_bases([base])
+    evaluator = services().evaluator.with_local_bases([base])
     kind = kind_of(query, request.base_url)
     packaging, media_type = choose(kind, request.headers.get("Accept"), request.args.get("packaging"),
                                    request.args.get("format"))
@@ -514,14 +273,14 @@ def continuous_response(stream: Stream, windows: str, query: str | None) -> Resp
     sequence = subscribed_sequence(stream, ref, request.args.get("sequence"), resumed is not None)
     packager = Packager(packaging, media_type)
     produce = producer(stream, query, evaluator, request.base_url, spec, media_type,
-                       current_app.extensions["window_results"])
+                       services().window_results)
     registration = registration_for(stream, ref, packager, request.remote_addr or "")
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Window-Sequence": sequence.id,
                "Report-Policy": ",".join(sorted(p.value for p in spec.policies)),
                "Stream-Operator": spec.operator.value}
     if ReportPolicy.CONTENT_CHANGE in spec.policies and resumed is None:
         body = arrivals_body(stream, ref, sequence, first_arrival(ref, stream), produce, packager, registration,
-                             current_app.extensions["continuous"], gunicorn_client_gone(request.environ))
+                             services().continuous, gunicorn_client_gone(request.environ))
         return HeadersAtOnce(body, mimetype=None, content_type=packager.content_type, headers=headers)
     start = resumed or Start(first_index(ref, sequence, stream), False, "")
     if resumed is not None:
@@ -533,6 +292,6 @@ def continuous_response(stream: Stream, windows: str, query: str | None) -> Resp
         if seed is not None:  # evaluated, not sent: the operator's previous window, as before the interruption
             produce(list(seed.ordinals()), seed.commit, seed.end)
     body = windows_body(stream, ref, sequence, start.index, produce, packager, registration,
-                        current_app.extensions["continuous"], gunicorn_client_gone(request.environ))
+                        services().continuous, gunicorn_client_gone(request.environ))
     return HeadersAtOnce(body, mimetype=None, content_type=packager.content_type,
                          headers={**headers, "Window-From": str(start.index)})

@@ -1,8 +1,8 @@
 """The one place where errors become HTTP responses.
 
-Every layer raises its own typed errors with a status hint (``store.StoreError``,
-``sparql_ext.SparqlExtError``); the protocol's own problems are ``HttpProblem``s. All are answered
-as ``text/plain`` with a message that names the problem and, where possible, how to fix it.
+Every package raises its own family of ``sparql_ext.errors.ConcentratorError`` with a status hint, where the
+problem is known; the protocol's own problems are ``HttpProblem``s. ``error_response`` answers all of them as
+``text/plain`` with a message that names the problem and, where possible, how to fix it.
 """
 
 from __future__ import annotations
@@ -12,68 +12,54 @@ import logging
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
 
-from sparql_ext import SparqlExtError
-from store import StoreError
+from sparql_ext.errors import ConcentratorError
 
 log = logging.getLogger(__name__)
 
 
-class HttpProblem(Exception):
+class HttpProblem(ConcentratorError):
     """A protocol-level error: bad parameters, wrong method, unsupported media type…"""
 
-    code = 400
+    status_hint = 400
 
-    def __init__(self, message: str, code: int | None = None, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.headers = headers or {}
-        if code is not None:
-            self.code = code
+    def __init__(self, message: str, status_hint: int | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message, status_hint=status_hint, headers=headers)
 
 
 class BadRequest(HttpProblem):
-    code = 400
+    status_hint = 400
 
 
 class NotAcceptable(HttpProblem):
-    code = 406
+    status_hint = 406
 
 
 class Gone(HttpProblem):
     """What was asked for existed once and is no longer kept (e.g. a resume point past retention)."""
 
-    code = 410
+    status_hint = 410
 
 
 class UnsupportedMediaType(HttpProblem):
-    code = 415
+    status_hint = 415
 
 
 class MethodNotAllowed(HttpProblem):
-    code = 405
+    status_hint = 405
 
 
-def _plain(message: str, code: int) -> Response:
-    return Response(message.rstrip() + "\n", status=code, mimetype="text/plain")
+def error_response(error: ConcentratorError) -> Response:
+    """An error as the client gets it: its status hint, its message, its headers."""
+    if error.status_hint >= 500:
+        log.error("%s: %s", type(error).__name__, error.message)
+    response = Response(error.message.rstrip() + "\n", status=error.status_hint, mimetype="text/plain")
+    response.headers.update(error.headers)
+    return response
 
 
 def register_error_handlers(app: Flask) -> None:
-    @app.errorhandler(HttpProblem)
-    def _problem(error: HttpProblem) -> Response:
-        response = _plain(error.message, error.code)
-        response.headers.update(error.headers)
-        return response
-
-    @app.errorhandler(StoreError)
-    def _store(error: StoreError) -> Response:
-        if error.status_hint >= 500:
-            log.error("store failure: %s", error.message)
-        return _plain(error.message, error.status_hint)
-
-    @app.errorhandler(SparqlExtError)
-    def _sparql(error: SparqlExtError) -> Response:
-        return _plain(error.message, error.status_hint)
+    app.register_error_handler(ConcentratorError, error_response)
 
     @app.errorhandler(HTTPException)
     def _http(error: HTTPException) -> Response:
-        return _plain(f"{error.name}: {error.description}", error.code or 500)
+        return Response(f"{error.name}: {error.description}\n", status=error.code or 500, mimetype="text/plain")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 import uuid
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, request
 from pyoxigraph import DefaultGraph, NamedNode, RdfFormat, serialize
 
 from protocol.bodies import revision_parameter, upload_limit
@@ -25,15 +25,16 @@ from protocol.negotiation import (
 )
 from protocol.parameters import reads
 from protocol.responses import empty_response, revision_headers, spooled_response
+from protocol.services import services
 from store import GraphNotFound, RevisionedDataset, StagedQuads
-from store.terms import GraphName, graph_to_text
+from store.terms import GraphName, graph_to_text, named_node
 
 bp = Blueprint("gsp", __name__)
 METHODS = ["GET", "HEAD", "PUT", "POST", "DELETE"]
 
 
 def _dataset() -> RevisionedDataset:
-    return current_app.extensions["dataset"]  # type: ignore[no-any-return]
+    return services().dataset
 
 
 def _target(subpath: str | None) -> GraphName | None:
@@ -49,10 +50,7 @@ def _target(subpath: str | None) -> GraphName | None:
     if len(graphs) > 1:
         raise BadRequest("'graph' is given more than once; a request addresses one graph")
     if graphs:
-        try:
-            return NamedNode(graphs[0])
-        except ValueError as error:
-            raise BadRequest(f"graph parameter {graphs[0]!r} is not an IRI: {error}") from None
+        return named_node(graphs[0], "graph")
     return DefaultGraph() if has_default else None
 
 

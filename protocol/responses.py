@@ -7,6 +7,8 @@ from typing import IO
 
 from flask import Response
 
+from engine.selection import SelectedWindow
+from sparql_ext.windowing import format_micros
 from store import Revision
 
 CHUNK = 1 << 16
@@ -43,3 +45,22 @@ def spooled_response(spool: IO[bytes], mimetype: str, headers: dict[str, str]) -
     response = Response(chunks(), headers=headers, content_type=content_type)
     response.content_length = size
     return response
+
+
+def bounds_headers(kind: str, start: int, end: int) -> dict[str, str]:
+    """A window's bounds: instants, or element ordinals for count windows."""
+    if kind == "count":
+        return {"Window-Start": f"element {start}", "Window-End": f"element {end}"}
+    return {"Window-Start": format_micros(start), "Window-End": format_micros(end)}
+
+
+def window_headers(selected: SelectedWindow) -> dict[str, str]:
+    """Which window a response is over: its bounds, index and revision id (a window revision), and
+    ``Window-Elements``, its number of elements; nothing for a stream revision."""
+    if selected.kind is None:
+        return {}
+    assert selected.start is not None and selected.end is not None
+    identity = {} if selected.index is None else {"Window-Index": str(selected.index),
+                                                  "Window-Id": selected.revision_id or ""}
+    return {**identity, **bounds_headers(selected.kind, selected.start, selected.end),
+            "Window-Elements": str(len(selected.ordinals))}

@@ -1,4 +1,4 @@
-"""``/rules`` and ``/rules/{name}``: rules (CONSTRUCT queries with an output stream), see store/rules.py.
+"""``/rules`` and ``/rules/{name}``: rules (CONSTRUCT queries with an output stream), see rules/registry.py.
 
 - ``PUT /rules/{name}``: body ``application/sparql-query``; ``output=`` a stream name or this server's stream
   URL (created if missing); optional ``report=`` and ``operator=`` (docs/continuous.md). 201 when new, 204
@@ -11,20 +11,18 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from protocol.errors import HttpProblem
 from protocol.parameters import reads
-from store.rules import Rule, RuleRegistry
+from protocol.services import services
+from rules.registry import Rule, RuleRegistry
 
 bp = Blueprint("rules", __name__)
 
 
 def _registry() -> RuleRegistry:
-    registry = current_app.extensions.get("rules")
-    if registry is None:
-        raise HttpProblem("rules are not enabled on this server", 404)
-    return registry  # type: ignore[no-any-return]
+    return services().rules
 
 
 def rule_json(rule: Rule) -> dict[str, object]:

@@ -7,10 +7,13 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from flask import Blueprint, Response, current_app, request
-from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples, Store, serialize
+from flask import Blueprint, Response, request
+from pyoxigraph import NamedNode, QueryTriples, Store
 from werkzeug.datastructures import MultiDict
 
+from engine import plain
+from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.results import ConstructedQuads, ConstructedTriples
 from protocol.bodies import revision_parameter, text_body
 from protocol.errors import BadRequest, MethodNotAllowed, NotAcceptable, UnsupportedMediaType
 from protocol.negotiation import (
@@ -23,10 +26,11 @@ from protocol.negotiation import (
 )
 from protocol.parameters import reads
 from protocol.responses import empty_response, revision_headers, spooled_response
+from protocol.services import services
 from sparql_ext import QuerySyntaxError, parse_extended
 from sparql_ext.lexer import check_raw_nesting
-from store import QueryFailed, RevisionedDataset
-from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget
+from store import RevisionedDataset
+from store.terms import named_node
 
 bp = Blueprint("sparql", __name__)
 
@@ -42,7 +46,7 @@ class SparqlRequest:
 
 
 def _dataset() -> RevisionedDataset:
-    return current_app.extensions["dataset"]  # type: ignore[no-any-return]
+    return services().dataset
 
 
 def read_sparql_request() -> SparqlRequest:
@@ -86,10 +90,7 @@ def read_sparql_request() -> SparqlRequest:
 
 
 def _iris(values: list[str], parameter: str) -> list[NamedNode]:
-    try:
-        return [NamedNode(v) for v in values]
-    except ValueError as error:
-        raise BadRequest(f"{parameter} value is not an IRI: {error}") from None
+    return [named_node(v, parameter) for v in values]
 
 
 @bp.route("/sparql", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
@@ -131,7 +132,7 @@ def evaluate_query(operation: SparqlRequest) -> Response:
 
 
 def _evaluator() -> ExtendedEvaluator:
-    return current_app.extensions["evaluator"]  # type: ignore[no-any-return]
+    return services().evaluator
 
 
 _EXTENSION_WORDS = re.compile(r"\b(REVISION|WINDOWS|THEN)\b", re.IGNORECASE)
@@ -153,7 +154,7 @@ def is_extended(text: str, base_iri: str | None) -> bool:
 
 
 def serialize_result(result: Any) -> tuple[IO[bytes], str]:
-    """Serialize an evaluator result in the format the request's Accept prefers."""
+    """Serialize a query result (plain or extended) in the format the request's Accept prefers."""
     accept = request.headers.get("Accept")
     spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
     if isinstance(result, ConstructedQuads):
@@ -161,43 +162,28 @@ def serialize_result(result: Any) -> tuple[IO[bytes], str]:
         if mimetype is None:
             raise NotAcceptable("CONSTRUCT with GRAPH in its template gives a dataset, available as: "
                                 + ", ".join(DATASET_FORMATS))
-        serialize(result, spool, DATASET_FORMATS[mimetype])
-    elif isinstance(result, ConstructedTriples):
+        plain.write_rdf(result, spool, DATASET_FORMATS[mimetype])
+    elif isinstance(result, ConstructedTriples | QueryTriples):
         mimetype = best_media_type(accept, list(GRAPH_FORMATS))
         if mimetype is None:
             raise NotAcceptable("CONSTRUCT/DESCRIBE results are available as: " + ", ".join(GRAPH_FORMATS))
-        serialize(result, spool, GRAPH_FORMATS[mimetype])
+        if isinstance(result, QueryTriples):
+            plain.write(result, spool, GRAPH_FORMATS[mimetype])
+        else:
+            plain.write_rdf(result, spool, GRAPH_FORMATS[mimetype])
     else:
         mimetype = best_media_type(accept, list(RESULTS_FORMATS))
         if mimetype is None:
             raise NotAcceptable("SELECT/ASK results are available as: " + ", ".join(RESULTS_FORMATS))
-        result.serialize(spool, RESULTS_FORMATS[mimetype])
+        plain.write(result, spool, RESULTS_FORMATS[mimetype])
     return spool, mimetype
 
 
 def run_query(store: Store, text: str, default_graph: list[Any] | None,
               named_graphs: list[Any] | None) -> tuple[IO[bytes], str]:
-    """Evaluate a query and serialize its result in the format the request's Accept prefers.
+    """Evaluate a plain query and serialize its result in the format the request's Accept prefers.
 
     The result is computed completely before anything is sent, so an evaluation error is a 4xx."""
-    accept = request.headers.get("Accept")
-    spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
-    try:
-        result = store.query(text, base_iri=request.base_url,
-                             default_graph=default_graph, named_graphs=named_graphs)
-        if isinstance(result, QueryTriples):
-            mimetype = best_media_type(accept, list(GRAPH_FORMATS))
-            if mimetype is None:
-                raise NotAcceptable("CONSTRUCT/DESCRIBE results are available as: " + ", ".join(GRAPH_FORMATS))
-            result.serialize(spool, GRAPH_FORMATS[mimetype])
-        else:
-            assert isinstance(result, QuerySolutions | QueryBoolean)
-            mimetype = best_media_type(accept, list(RESULTS_FORMATS))
-            if mimetype is None:
-                raise NotAcceptable("SELECT/ASK results are available as: " + ", ".join(RESULTS_FORMATS))
-            result.serialize(spool, RESULTS_FORMATS[mimetype])
-    except SyntaxError as error:
-        raise QueryFailed.from_pyoxigraph("query is not valid SPARQL 1.1", error) from None
-    except (OSError, RuntimeError, ValueError) as error:
-        raise QueryFailed(f"query evaluation failed: {error}") from None
-    return spool, mimetype
+    result = plain.run(store, text, base_iri=request.base_url, default_graph=default_graph,
+                       named_graphs=named_graphs)
+    return serialize_result(result)

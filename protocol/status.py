@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, jsonify
 
 from protocol.parameters import reads
 from protocol.rules import rule_json
-from store.stream import Stream, format_micros
+from protocol.services import services
+from sparql_ext.windowing import format_micros
+from store.stream import Stream
 
 bp = Blueprint("status", __name__)
 
@@ -14,8 +16,8 @@ bp = Blueprint("status", __name__)
 @bp.route("/status", methods=["GET"])
 @reads()
 def status() -> Response:
-    dataset = current_app.extensions["dataset"]
-    catalog = current_app.extensions["streams"]
+    dataset = services().dataset
+    catalog = services().streams
     head = dataset.revision(dataset.head)
     return jsonify({
         "dataset": {
@@ -24,12 +26,12 @@ def status() -> Response:
             "oldest_readable_revision": dataset.oldest_readable,
         },
         "streams": {name: _stream_status(catalog.get(name)) for name in catalog.names()},
-        "pipeline": current_app.extensions["pipeline_status"](),
-        "rules": {rule.name: rule_json(rule) for rule in current_app.extensions["rules"].rules()},
+        "pipeline": services().pipeline_status(),
+        "rules": {rule.name: rule_json(rule) for rule in services().rules.rules()},
         # static rule parts (SERVICE ?var prefixes, SERVICE <…/sparql>) evaluated once per dataset revision
-        "static_cache": current_app.extensions["evaluator"].cache.status(),
-        "continuous": current_app.extensions["continuous"].status(),  # registrations of continuous responses
-        "continuous_window_results": current_app.extensions["window_results"].status(),
+        "static_cache": services().evaluator.cache.status(),
+        "continuous": services().continuous.status(),  # registrations of continuous responses
+        "continuous_window_results": services().window_results.status(),
     })
 
 

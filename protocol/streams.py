@@ -7,17 +7,20 @@ import json
 import tempfile
 import uuid
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 from pyoxigraph import Literal, NamedNode, RdfFormat, serialize
 
+from engine.evaluation import QueryTarget
+from engine.selection import SelectedWindow, revision_selection, revision_window, select_window
 from protocol.access import token_hash
 from protocol.bodies import revision_parameter, text_body
 from protocol.continuous import continuous_response, wants_continuous
-from protocol.errors import BadRequest, HttpProblem, NotAcceptable, UnsupportedMediaType
+from protocol.errors import BadRequest, NotAcceptable, UnsupportedMediaType
 from protocol.incremental import available_reader, drain
 from protocol.negotiation import BODY_FORMATS, DATASET_FORMATS, best_media_type, body_media_type, is_utf8
 from protocol.parameters import reads
-from protocol.responses import empty_response, spooled_response
+from protocol.responses import empty_response, spooled_response, window_headers
+from protocol.services import services
 from protocol.sparql import FORM, is_extended, run_query, serialize_result
 from protocol.stream_params import (
     duration_micros,
@@ -26,15 +29,16 @@ from protocol.stream_params import (
     windowed_params,
 )
 from sparql_ext import parse_instant
-from sparql_ext.windowing import to_micros
+from sparql_ext.errors import ConcentratorError
+from sparql_ext.windowing import format_micros, to_micros
 from sparql_ext.windowref import parse_window_ref
-from store import StoreError
+from store.durable import now_micros
 from store.elements import ElementFramer, single_element
 from store.errors import RevisionNotFound, StreamNotFound
-from store.evaluation import QueryTarget
-from store.selection import SelectedWindow, bounds_headers, revision_ordinals, revision_selection, select_window
-from store.stream import Stream, StreamConfig, format_micros, now_micros
+from store.stream import Stream
+from store.stream_config import StreamConfig
 from store.streams import StreamCatalog
+from store.terms import named_node
 from store.windows import WindowRevision
 
 bp = Blueprint("streams", __name__)
@@ -51,7 +55,7 @@ STREAM_PARAMETERS = (
 
 
 def _catalog() -> StreamCatalog:
-    return current_app.extensions["streams"]  # type: ignore[no-any-return]
+    return services().streams
 
 
 @bp.route("/streams", methods=["GET"])
@@ -95,10 +99,9 @@ def stream_resource(name: str) -> Response:
         return _service_description()
     if params.windows is None:
         if best_media_type(request.headers.get("Accept"), ["application/json", *DATASET_FORMATS]) in DATASET_FORMATS:
-            return _dataset_response(stream, _revision_ordinals(stream), {})
+            return _dataset_response(stream, revision_selection(stream, revision_parameter()))
         return jsonify(_describe(stream))
-    selected = _select_window(stream, params.windows)
-    return _dataset_response(stream, selected.ordinals, selected.headers)
+    return _dataset_response(stream, _select_window(stream, params.windows))
 
 
 @bp.route("/streams/<name>/windows", methods=["GET"])
@@ -125,15 +128,12 @@ def window_revision(name: str, revision_id: str) -> Response:
     if revision is None:
         raise RevisionNotFound(f"stream {name!r} has no window revision {revision_id!r}")
     sequence = stream.windows.sequence(revision.sequence)
-    kind = sequence.spec.kind if sequence is not None else "time"
-    selected = SelectedWindow(list(revision.ordinals()), {
-        "Window-Index": str(revision.index), "Window-Id": revision.uuid,
-        **bounds_headers(kind, revision.start, revision.end)})
+    selected = revision_window(sequence.spec.kind if sequence is not None else "time", revision)
     query = _query_text({})
     if query is not None:
         spool, mimetype = run_query(stream.window_store(selected.ordinals), query, None, None)
-        return spooled_response(spool, mimetype, _window_headers(selected))
-    return _dataset_response(stream, selected.ordinals, selected.headers)
+        return spooled_response(spool, mimetype, window_headers(selected))
+    return _dataset_response(stream, selected)
 
 
 def _describe_revision(kind: str, revision: WindowRevision) -> dict[str, object]:
@@ -261,15 +261,13 @@ def _upload(stream: Stream) -> Response:
                 committed += 1
                 first = ordinal if first is None else first
                 last = ordinal
-    except StoreError as error:
+    except ConcentratorError as error:
         stream.flush()
         drain(reader)
         span = f" (ordinals {first}–{last})" if first is not None else ""
-        raise HttpProblem(
-            f"{error.message}\nThe upload stopped there: {committed} element(s) of it before that one were "
-            f"committed{span}; nothing of that element or of what followed it was stored. The stream's HEAD "
-            f"is ordinal {stream.head()}.",
-            error.status_hint,
+        raise error.with_context(
+            f"The upload stopped there: {committed} element(s) of it before that one were committed{span}; nothing "
+            f"of that element or of what followed it was stored. The stream's HEAD is ordinal {stream.head()}.",
             {"Elements-Committed": str(committed), "Connection": "close",
              **({"Revision-Ordinal": str(last)} if last is not None else {})},
         ) from None
@@ -298,11 +296,6 @@ def _select_window(stream: Stream, text: str) -> SelectedWindow:
     return select_window(stream, text, timeout_seconds(request.args.get("timeout"), DEFAULT_TIMEOUT))
 
 
-def _revision_ordinals(stream: Stream) -> list[int]:
-    """The stream as a dataset at ``revision-id`` (default HEAD): its retained elements up to it."""
-    return revision_ordinals(stream, revision_parameter())
-
-
 def _query_text(extra: dict[str, list[str]]) -> str | None:
     """The SPARQL query of a request to a stream IRI, wherever the client put it."""
     queries = request.args.getlist("query") + extra.get("query", [])
@@ -329,35 +322,28 @@ def _query(stream: Stream, windows: str | None, text: str) -> Response:
         selected = _select_window(stream, windows)
     window = stream.window_store(selected.ordinals)
     if is_extended(text, request.base_url):  # THEN(), WINDOWS, REVISION, SERVICE over the window
-        evaluator = current_app.extensions["evaluator"].with_local_bases([request.host_url.rstrip("/")])
+        evaluator = services().evaluator.with_local_bases([request.host_url.rstrip("/")])
         target = QueryTarget(window, None, None, selected.commit, request.base_url, None, stream)
         spool, mimetype = serialize_result(evaluator.query(text, target))
     else:
         spool, mimetype = run_query(window, text, None, None)
-    return spooled_response(spool, mimetype, selected.headers if windows is None else _window_headers(selected))
+    return spooled_response(spool, mimetype, window_headers(selected))
 
 
-def _window_headers(selected: SelectedWindow) -> dict[str, str]:
-    """A window's response headers: its bounds (and index, id) and ``Window-Elements``, its number of elements."""
-    return {**selected.headers, "Window-Elements": str(len(selected.ordinals))}
-
-
-def _dataset_response(stream: Stream, ordinals: list[int], headers: dict[str, str]) -> Response:
+def _dataset_response(stream: Stream, selected: SelectedWindow) -> Response:
     mimetype = best_media_type(request.headers.get("Accept"), list(DATASET_FORMATS))
     if mimetype is None:
         raise NotAcceptable("a window is a dataset: available as " + ", ".join(DATASET_FORMATS))
     spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
-    serialize(stream.dataset_quads(ordinals), spool, DATASET_FORMATS[mimetype])
-    return spooled_response(spool, mimetype, {**headers, "Window-Elements": str(len(ordinals))})
+    serialize(stream.dataset_quads(selected.ordinals), spool, DATASET_FORMATS[mimetype])
+    headers = {**window_headers(selected), "Window-Elements": str(len(selected.ordinals))}  # the whole stream too
+    return spooled_response(spool, mimetype, headers)
 
 
 # -- small parsers -----------------------------------------------------------------------------
 
 def _iri(text: str, parameter: str) -> str:
-    try:
-        return NamedNode(text).value
-    except ValueError as error:
-        raise BadRequest(f"{parameter}={text!r} is not an IRI: {error}") from None
+    return named_node(text, parameter).value
 
 
 def _instant(text: str, parameter: str) -> int:

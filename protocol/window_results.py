@@ -1,13 +1,26 @@
-"""Window results shared between continuous responses: a window's answer to a query is computed once, however
-many subscribers ask for it (bench/continuous: 100 subscribers evaluating the same query on every window
-took the server's CPU and slowed ingestion; shared, the window costs one evaluation)."""
+"""What one window gives a continuous response: its query's result over the window (``window_result``), passed
+through the report policy and the stream operator (``producer``), and shared between the responses that ask the
+same query of the same window: it is computed once, however many subscribers ask for it (bench/continuous: 100
+subscribers evaluating the same query on every window took the server's CPU and slowed ingestion; shared, the
+window costs one evaluation)."""
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples, Store
+
+from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.results import ConstructedQuads, ConstructedTriples
+from engine.syntax import checked_query
+from protocol.packaging import serialize_items
+from sparql_ext import THEN_FUNCTION
+from sparql_ext.reporting import Reporter, ReportPolicy, ReportSpec
+from store.stream import Stream
 
 T = TypeVar("T")
 
@@ -51,3 +64,88 @@ class SharedResults(Generic[T]):
     def status(self) -> dict[str, int]:
         with self._lock:
             return {"computed": self.computed, "shared": self.shared, "entries": len(self._values)}
+
+
+@dataclass
+class WindowResult:
+    """A window's answer: ``kind`` is 'quads' (the window dataset, or a quad template), 'triples', 'solutions'
+    (``variables`` and rows as tuples, None = unbound) or 'boolean'."""
+
+    kind: str
+    items: list[Any]
+    variables: tuple[str, ...] = ()
+
+
+def window_result(stream: Stream, ordinals: list[int], commit: int, query: str | None, evaluator: ExtendedEvaluator,
+                  base_iri: str) -> WindowResult:
+    """The result of ``query`` (None: the window dataset) over the window dataset of these elements."""
+    window = stream.window_store(ordinals)
+    if query is None:
+        return WindowResult("quads", list(window))
+    result = evaluator.query(query, QueryTarget(window, None, None, commit, base_iri, None, stream))
+    if isinstance(result, ConstructedQuads):
+        return WindowResult("quads", list(result))
+    if isinstance(result, ConstructedTriples):
+        return WindowResult("triples", list(result))
+    if isinstance(result, QueryBoolean):
+        return WindowResult("boolean", [bool(result)])
+    assert isinstance(result, QuerySolutions)
+    names = tuple(v.value for v in result.variables)
+    return WindowResult("solutions", [tuple(s[n] for n in names) for s in result], names)
+
+
+def kind_of(query: str | None, base_iri: str | None) -> str:
+    """The result kind of a query, known before any window so that the response's type is fixed up front: the
+    rewritten query (extension parts cut out: nothing is fetched) runs once on an empty store."""
+    if query is None:
+        return "quads"
+    extended = checked_query(query, base_iri)
+    if extended.template is not None:
+        return "quads"
+    result = Store().query(extended.sparql, base_iri=base_iri,
+                           custom_functions={NamedNode(THEN_FUNCTION): lambda: None})
+    return "triples" if isinstance(result, QueryTriples) else "boolean" if isinstance(result, QueryBoolean) \
+        else "solutions"
+
+
+def numbered(items: list[Any]) -> list[tuple[Any, int]]:
+    """Equal items numbered ``(item, 1), (item, 2), …``: a bag as a set, so that the Reporter's set difference
+    (IStream, DStream) is bag difference — a solution found twice now and once before is new once.
+
+    >>> numbered(["a", "b", "a"])
+    [('a', 1), ('b', 1), ('a', 2)]
+    """
+    seen: Counter[Any] = Counter()
+    result = []
+    for item in items:
+        seen[item] += 1
+        result.append((item, seen[item]))
+    return result
+
+
+def producer(stream: Stream, query: str | None, evaluator: ExtendedEvaluator, base_iri: str, spec: ReportSpec,
+             media_type: str, shared: SharedResults[WindowResult] | None = None,
+             ) -> Callable[[list[int], int, int], bytes | None]:
+    """What each evaluation gives the client: ``produce(ordinals, commit, at)`` evaluates the query over those
+    elements (a window, or with ``content-change`` the window active at an arrival) and passes its result, as a
+    bag, through the report policy and the stream operator (RStream: the result; IStream: what is new since the
+    previous evaluation; DStream: what left it); ``at`` is the window's end or the arrival's time (µs)."""
+    reporter = Reporter(spec)
+
+    def produce(ordinals: list[int], commit: int, at: int) -> bytes | None:
+        if ReportPolicy.NON_EMPTY_CONTENT in spec.policies and not ordinals:
+            return None  # not evaluated, and not the previous window of the next one
+        def evaluate() -> WindowResult:
+            return window_result(stream, ordinals, commit, query, evaluator, base_iri)
+
+        if shared is None or not ordinals:
+            result = evaluate()
+        else:  # every response asking this query of this window shares one evaluation
+            key = (stream.config.name, ordinals[0], ordinals[-1], len(ordinals), commit, query, base_iri)
+            result = shared.get(key, evaluate)
+        kept = reporter.report(at, numbered(result.items), len(ordinals))
+        if kept is None:
+            return None
+        return serialize_items(result.kind, [item for item, _ in kept], result.variables, media_type)
+
+    return produce

@@ -1,16 +1,42 @@
-"""Errors of the extended-SPARQL layer: each knows where in the user's text it happened."""
+"""The one error base of the server, and the errors of the extended-SPARQL layer (each knows where in the user's
+text it happened).
+
+Every package raises its own family under ``ConcentratorError`` (``sparql_ext``: ``SparqlExtError``; ``store``:
+``StoreError``; ``engine``: ``EngineError``; ``rules``: ``RuleError``; ``pipeline``: ``PipelineError``;
+``protocol``: ``HttpProblem``), where the problem is known, with the HTTP status it should become
+(``status_hint``, as h11's ``ProtocolError``); ``protocol/errors.py`` turns them into responses in one place.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 
-class SparqlExtError(Exception):
-    """Base of every error raised by ``sparql_ext``; ``status_hint`` is the HTTP status it maps to."""
 
-    status_hint = 400
+class ConcentratorError(Exception):
+    """An error raised on purpose: a message that names the problem (and how to fix it) and a status hint."""
 
-    def __init__(self, message: str) -> None:
+    status_hint = 500
+
+    def __init__(self, message: str, *, status_hint: int | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        if status_hint is not None:
+            self.status_hint = status_hint
+        self.headers = dict(headers or {})  # response headers that go with it (e.g. Elements-Committed)
+
+    def with_context(self, more: str, headers: Mapping[str, str]) -> ConcentratorError:
+        """The same error, told with what the caller knows besides (how far an upload got), and more headers."""
+        told = ConcentratorError(f"{self.message}\n{more}", status_hint=self.status_hint,
+                                 headers={**self.headers, **headers})
+        told.__cause__ = self
+        return told
+
+
+class SparqlExtError(ConcentratorError):
+    """Base of every error raised by ``sparql_ext``."""
+
+    status_hint = 400
 
 
 class QuerySyntaxError(SparqlExtError):

@@ -13,6 +13,7 @@ element exists. ``bounds``/``windows`` accept a pending spec and bind it on the 
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -36,6 +37,18 @@ def to_micros(at: datetime) -> int:
     if at.utcoffset() is None:
         raise ValueError(f"{at.isoformat()} has no timezone; stream time is absolute")
     return (at - EPOCH) // _MICROSECOND
+
+
+def format_micros(value: int) -> str:
+    """µs since the epoch as an xsd:dateTime in UTC, in XSD's canonical form (no trailing zeros in the
+    fraction, as pyoxigraph writes dateTimes back), so lexical forms compare equal.
+
+    >>> format_micros(1_466_416_815_526_860), format_micros(1_466_416_800_000_000)
+    ('2016-06-20T10:00:15.52686Z', '2016-06-20T10:00:00Z')
+    """
+    seconds, micros_part = divmod(value, 1_000_000)
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    return f"{text}.{micros_part:06d}".rstrip("0") + "Z" if micros_part else f"{text}Z"
 
 
 def from_micros(micros: int) -> datetime:

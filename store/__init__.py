@@ -1,4 +1,8 @@
-"""A revisioned RDF dataset on pyoxigraph: HEAD on disk, reverse deltas as history."""
+"""The durable state, and only that: the revisioned dataset (``dataset``: HEAD on disk in pyoxigraph, reverse
+deltas as history: ``history``, ``revlog``, ``staging``), the streams and their elements (``streams``: the catalog;
+``stream``: one stream's elements, index, group commit and retention; ``elements``: framing elements out of upload
+bodies), and the window log (``windows``: registered sequences, window revisions, the pipeline's state). No
+evaluation, no rules, no Spark, no HTTP."""
 
 from store.dataset import Commit, RevisionedDataset
 from store.errors import (

@@ -27,8 +27,9 @@ from typing import IO
 from pyoxigraph import BlankNode, DefaultGraph, NamedNode, Quad, RdfFormat, Store, parse, serialize
 
 from sparql_ext import Operation, UnsupportedOperation, parse_revision, split_update
+from store.durable import fsync_file
 from store.errors import GraphNotFound, QueryFailed, RevisionNotRetained, StorageFailure
-from store.history import History, UndoStep, fsync_file
+from store.history import History, UndoStep
 from store.revlog import Revision, RevisionLog
 from store.rwlock import ReadWriteLock
 from store.staging import StagedQuads, concatenate, stage_rdf

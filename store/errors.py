@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import re
 
+from sparql_ext.errors import ConcentratorError
 
-class StoreError(Exception):
+
+class StoreError(ConcentratorError):
     """Base of every error raised by ``store``."""
-
-    status_hint = 500
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 class RdfSyntaxError(StoreError):
     """A request body that is not valid RDF in its declared format (pyoxigraph gives the place)."""
+
+    status_hint = 400
+
+
+class InvalidIri(StoreError):
+    """A value that should be an IRI (a graph name, a stream setting) and is not."""
 
     status_hint = 400
 
@@ -89,15 +91,3 @@ class StreamConflict(StoreError):
     """A stream configuration that cannot be applied (e.g. an alias another stream holds)."""
 
     status_hint = 409
-
-
-class WindowNotComplete(StoreError):
-    """A prospective window that did not complete within the request's timeout."""
-
-    status_hint = 503
-
-
-class ServiceNotAllowed(StoreError):
-    """A SERVICE to a host that is not on the server's allowlist."""
-
-    status_hint = 403

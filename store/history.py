@@ -122,6 +122,3 @@ class History:
         yield from sorted((self.root / "deltas").iterdir())
 
 
-def fsync_file(path: Path) -> None:
-    with path.open("rb") as f:
-        os.fsync(f.fileno())

@@ -18,26 +18,26 @@ leaves graphs that ``pending.json`` names and the log does not: they are removed
 
 from __future__ import annotations
 
-import bisect
 import json
 import os
 import random
 import shutil
 import threading
-import time as clock
-import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad, RdfFormat, Store, serialize
 
-from sparql_ext.windowing import Element, WindowSpec
-from store.elements import PROV_GENERATED_AT_TIME, ElementName, ParsedElement
+from sparql_ext.windowing import WindowSpec, format_micros
+from store.durable import now_micros, write_json
+from store.elements import ElementName, ParsedElement
 from store.errors import ElementOutOfOrder, ElementRejected, StorageFailure
-from store.history import fsync_file
+from store.log_records import ElementRecord, PunctuationRecord, RegistrationRecord, decode, encode
+from store.stream_config import StreamConfig
+from store.stream_index import StreamIndex
 from store.terms import graph_from_text
 
 if TYPE_CHECKING:
@@ -58,56 +58,11 @@ RECENT_QUADS_KEPT = 20_000  # quads of the latest elements kept as objects per s
 MEMTABLE_FLUSH_QUADS = 2_000
 
 
-@dataclass
-class StreamConfig:
-    """What ``PUT /streams/{name}`` sets."""
-
-    name: str
-    timestamp_predicate: str = PROV_GENERATED_AT_TIME
-    lateness: int = 0  # µs of allowed lateness; 0 = distinct time series (strictly increasing)
-    retention: int | None = None  # µs of stream time to keep; None = keep everything
-    aliases: list[str] = field(default_factory=list)  # other IRIs (e.g. urn:uuid:…) naming this stream
-    uuid_prefix: int = 0  # high 64 bits of this stream's revision UUIDs (random at creation)
-    write_token_sha256: str | None = None  # a token that may write to this stream (protocol/access.py)
-
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, object]) -> StreamConfig:
-        return cls(**data)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class ElementRecord:
-    """A committed element: its revision record."""
-
-    ordinal: int
-    time: int  # element timestamp, µs since the epoch
-    graph: str  # N-Triples form: <iri> or _:label
-    commit: int  # commit time, µs since the epoch
-
-
-@dataclass(frozen=True)
-class AppendReceipt:
-    """How far an upload got: the client resumes after ``last_ordinal`` without duplicates."""
-
-    committed: int
-    punctuations: int
-    first_ordinal: int | None
-    last_ordinal: int | None
-    last_time: int | None
-
-
 def timestamp_graph(ordinal: int) -> NamedNode:
     return NamedNode(f"{TIMESTAMP_GRAPH_PREFIX}{ordinal}")
 
 
-def now_micros() -> int:
-    return clock.time_ns() // 1_000
-
-
-class Stream:
+class Stream(StreamIndex):
     """A stream's elements and their index. Thread-safe: many uploaders, many readers."""
 
     def __init__(self, directory: Path, config: StreamConfig, *, in_memory: bool = False) -> None:
@@ -121,23 +76,13 @@ class Stream:
         self._memtable_quads = random.randrange(MEMTABLE_FLUSH_QUADS)
         self._log_path = directory / "log.jsonl"
         self._pending_path = directory / "pending.json"
-        # The index: parallel arrays by ordinal - first_ordinal (expired elements are cut off).
-        self.first_ordinal = 1
-        self._times: list[int] = []
-        self._graphs: list[str] = []
-        self._origins: set[str] = set()  # origins of committed elements a rule made (ParsedElement.origin)
+        super().__init__(config.uuid_prefix, time_ordered=config.lateness > 0)
         self._window_lock = threading.Lock()
         self._window_stores: OrderedDict[tuple[int, ...], Store] = OrderedDict()  # see window_store
         # the latest elements' quads (timestamp triple in the default graph), newest last: copying a live window
         # from them costs 3 ms per 2,000 quads, from the on-disk store 15 ms (quads_for_pattern per graph)
         self._recent: OrderedDict[int, list[Quad]] = OrderedDict()
         self._recent_quads = 0
-        self._commits: list[int] = []
-        self._graph_ordinals: dict[str, int] = {}
-        self._by_time: list[tuple[int, int]] = []  # (time, ordinal), sorted; only kept if lateness > 0
-        self.stream_time: int | None = None  # max timestamp or punctuation committed
-        self.punctuations = 0
-        self._changed = threading.Condition()
         # Accepting (validation + ordinal assignment) is serialized; committing is the committer's.
         self._accept_lock = threading.Lock()
         self._accepted_head = 0
@@ -175,73 +120,8 @@ class Stream:
         config.uuid_prefix = self.config.uuid_prefix
         write_json(self.directory / "config.json", config.to_json())
         self.config = config
-
-    # -- index (sparql_ext.windowing.ElementIndex) --------------------------------------------
-
-    def head(self) -> int:
-        return self.first_ordinal + len(self._times) - 1
-
-    def __len__(self) -> int:
-        return len(self._times)
-
-    def time_of(self, ordinal: int) -> int | None:
-        i = ordinal - self.first_ordinal
-        return self._times[i] if 0 <= i < len(self._times) else None
-
-    def record(self, ordinal: int) -> ElementRecord | None:
-        i = ordinal - self.first_ordinal
-        if not 0 <= i < len(self._times):
-            return None
-        return ElementRecord(ordinal, self._times[i], self._graphs[i], self._commits[i])
-
-    def ordinal_of(self, revision_uuid: uuid.UUID) -> int | None:
-        value = revision_uuid.int
-        if value >> 64 != self.config.uuid_prefix:
-            return None
-        ordinal = value & ((1 << 62) - 1)
-        return ordinal if self.time_of(ordinal) is not None else None
-
-    def uuid_of(self, ordinal: int) -> uuid.UUID:
-        return uuid.UUID(int=(self.config.uuid_prefix << 64) | (1 << 63) | ordinal)
-
-    def ordinal_of_graph(self, graph: str) -> int | None:
-        return self._graph_ordinals.get(graph)
-
-    def last_at_or_before(self, time: int) -> int | None:
-        if self._by_time:
-            i = bisect.bisect_right(self._by_time, (time, 1 << 62))
-            return self._by_time[i - 1][1] if i else None
-        i = bisect.bisect_right(self._times, time)
-        return self.first_ordinal + i - 1 if i else None
-
-    def elements(self, first: int, last: int) -> list[Element]:
-        """Retained elements with ordinals first..last."""
-        lo = max(first, self.first_ordinal) - self.first_ordinal
-        hi = min(last, self.head()) - self.first_ordinal
-        return [Element(self.first_ordinal + i, self._times[i]) for i in range(lo, hi + 1)]
-
-    def between(self, start: int, end: int, *, backward: bool) -> list[Element]:
-        """Elements with time in [start, end), or (start, end] if backward."""
-        if self._by_time:
-            pairs = self._by_time
-            lo = bisect.bisect_right(pairs, (start, 1 << 62)) if backward else bisect.bisect_left(pairs, (start, 0))
-            hi = bisect.bisect_right(pairs, (end, 1 << 62)) if backward else bisect.bisect_left(pairs, (end, 0))
-            return sorted((Element(o, t) for t, o in pairs[lo:hi]), key=lambda e: e.ordinal)
-        times = self._times
-        lo = bisect.bisect_right(times, start) if backward else bisect.bisect_left(times, start)
-        hi = bisect.bisect_right(times, end) if backward else bisect.bisect_left(times, end)
-        return [Element(self.first_ordinal + i, times[i]) for i in range(lo, hi)]
-
-    def rate(self, period: int) -> float:
-        """Elements committed per second over the last ``period`` µs."""
-        since = now_micros() - period
-        recent = len(self._commits) - bisect.bisect_left(self._commits, since)
-        return round(recent / (period / 1_000_000), 3)
-
-    def wait_for(self, predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
-        """Block until ``predicate()`` holds after a commit, or ``timeout`` seconds pass."""
-        with self._changed:
-            return self._changed.wait_for(predicate, timeout)
+        if config.lateness:
+            self._keep_time_order()
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -262,12 +142,6 @@ class Stream:
                 defaults.append(timestamp_graph(ordinal))
                 named.append(graph_from_text(self._graphs[i]))  # type: ignore[arg-type]
         return defaults, named
-
-    def has_origin(self, origin: str) -> bool:
-        """Whether an element made by ``origin`` (a rule firing's output) is committed: a firing repeated after a
-        crash skips what its first run already committed."""
-        with self._changed:
-            return origin in self._origins
 
     def window_store(self, ordinals: Iterable[int]) -> Store:
         """The window dataset of these elements as an in-memory store: their timestamp triples in its default
@@ -425,10 +299,10 @@ class Stream:
         head = self.head()
         for ordinal, element in batch:
             if isinstance(element, str):
-                lines.append(json.dumps({"r": element, "h": head, "c": commit_time}))  # h: last element before it
+                lines.append(encode(RegistrationRecord(element, head, commit_time)))
                 continue
             if ordinal == 0:
-                lines.append(json.dumps({"p": element.time, "c": commit_time}))
+                lines.append(encode(PunctuationRecord(element.time, commit_time)))  # type: ignore[arg-type]
                 continue
             head = ordinal
             quads.extend(element.quads)
@@ -439,10 +313,7 @@ class Stream:
             recent.append((ordinal, [*element.quads, Quad(element.graph, predicate, stamp, DefaultGraph())]))
             graph = str(element.graph)
             graphs.append(graph)
-            record = {"o": ordinal, "t": element.time, "g": graph, "c": commit_time}
-            if element.origin is not None:
-                record["f"] = element.origin
-            lines.append(json.dumps(record))
+            lines.append(encode(ElementRecord(ordinal, element.time, graph, commit_time, element.origin)))  # type: ignore
         if quads:
             write_json(self._pending_path, {"graphs": graphs, "from": batch[0][0]})
             if len(quads) >= _BULK_THRESHOLD:
@@ -468,28 +339,12 @@ class Stream:
                 self._recent_quads -= len(self._recent.popitem(last=False)[1])
         with self._changed:
             for ordinal, element in elements:
-                self._index(ordinal, element.time, str(element.graph), commit_time)  # type: ignore[arg-type]
-                if element.origin is not None:
-                    self._origins.add(element.origin)
+                self._index(ordinal, element.time, str(element.graph), commit_time, element.origin)  # type: ignore
             self._changed.notify_all()
         with self._accept_lock:
             for ordinal, element in elements:
                 if ordinal:
                     self._accepted_graphs.discard(str(element.graph))
-
-    def _index(self, ordinal: int, time: int, graph: str, commit: int) -> None:
-        if ordinal == 0:
-            self.punctuations += 1
-        else:
-            if not self._times:
-                self.first_ordinal = ordinal
-            self._times.append(time)
-            self._graphs.append(graph)
-            self._commits.append(commit)
-            self._graph_ordinals[graph] = ordinal
-            if self.config.lateness:
-                bisect.insort(self._by_time, (time, ordinal))
-        self.stream_time = time if self.stream_time is None else max(self.stream_time, time)
 
     def _recover(self) -> None:
         """Rebuild the index from the log; undo a batch whose log lines never became durable."""
@@ -504,15 +359,13 @@ class Stream:
             before = json.loads(expired.read_text())["before"] if expired.exists() else 1
             self.first_ordinal = before
             for line in data[:end].splitlines():
-                entry = json.loads(line)
-                if "o" in entry and entry["o"] < before:  # expired: its graphs are gone from the store
-                    self.stream_time = entry["t"] if self.stream_time is None else max(self.stream_time, entry["t"])
-                elif "o" in entry:
-                    self._index(entry["o"], entry["t"], entry["g"], entry["c"])
-                    if "f" in entry:
-                        self._origins.add(entry["f"])
-                elif "p" in entry:
-                    self._index(0, entry["p"], "", entry["c"])
+                entry = decode(line)
+                if isinstance(entry, ElementRecord) and entry.ordinal < before:  # expired: its graphs are gone
+                    self.stream_time = entry.time if self.stream_time is None else max(self.stream_time, entry.time)
+                elif isinstance(entry, ElementRecord):
+                    self._index(entry.ordinal, entry.time, entry.graph, entry.commit, entry.origin)
+                elif isinstance(entry, PunctuationRecord):
+                    self._index(0, entry.time, "", entry.commit)
         if self._pending_path.exists():
             pending = json.loads(self._pending_path.read_text())
             first = pending["from"]
@@ -537,14 +390,8 @@ class Stream:
             if count == 0:
                 return 0
             write_json(self.directory / "expired.json", {"before": self.first_ordinal + count})
-            dropped = self._graphs[:count]
             first = self.first_ordinal
-            del self._times[:count], self._graphs[:count], self._commits[:count]
-            for graph in dropped:
-                self._graph_ordinals.pop(graph, None)
-            if self._by_time:
-                self._by_time = [pair for pair in self._by_time if pair[1] >= first + count]
-            self.first_ordinal = first + count
+            dropped = self._cut(first + count)
         with self._window_lock:
             self._window_stores.clear()
             while self._recent and next(iter(self._recent)) < first + count:
@@ -578,23 +425,3 @@ class _ElementLabel:
 
     def __str__(self) -> str:
         return f"element {self.ordinal} (graph {self.graph})"
-
-
-def format_micros(value: int) -> str:
-    """µs since the epoch as an xsd:dateTime in UTC, in XSD's canonical form (no trailing zeros in the
-    fraction, as pyoxigraph writes dateTimes back), so lexical forms compare equal.
-
-    >>> format_micros(1_466_416_815_526_860), format_micros(1_466_416_800_000_000)
-    ('2016-06-20T10:00:15.52686Z', '2016-06-20T10:00:00Z')
-    """
-    seconds, micros_part = divmod(value, 1_000_000)
-    text = clock.strftime("%Y-%m-%dT%H:%M:%S", clock.gmtime(seconds))
-    return f"{text}.{micros_part:06d}".rstrip("0") + "Z" if micros_part else f"{text}Z"
-
-
-def write_json(path: Path, data: object) -> None:
-    """Replace ``path`` atomically and durably."""
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    fsync_file(temporary)
-    os.replace(temporary, path)

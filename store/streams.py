@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from store.errors import InvalidStreamName, StreamConflict, StreamNotFound
-from store.stream import Stream, StreamConfig
+from store.stream import Stream
+from store.stream_config import StreamConfig
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pyoxigraph import BlankNode, DefaultGraph, NamedNode
 
+from store.errors import InvalidIri
+
 GraphName = NamedNode | BlankNode | DefaultGraph
 
 _DEFAULT = "DEFAULT"
@@ -34,3 +36,15 @@ def graph_from_text(text: str) -> GraphName:
 def graph_from_iri(iri: str) -> GraphName:
     """A graph name from ``sparql_ext``'s convention ('' is the default graph)."""
     return DefaultGraph() if iri == "" else NamedNode(iri)
+
+
+def named_node(text: str, label: str) -> NamedNode:
+    """An IRI from a request (a graph name, a setting), or ``InvalidIri`` naming it as ``label`` does.
+
+    >>> named_node("http://ex/g", "graph").value
+    'http://ex/g'
+    """
+    try:
+        return NamedNode(text)
+    except ValueError as error:
+        raise InvalidIri(f"{label}={text!r} is not an IRI: {error}") from None

@@ -25,8 +25,7 @@ from pathlib import Path
 
 from sparql_ext.window_state import PipelineState, Runs
 from sparql_ext.windowing import WindowSpec
-from store.history import fsync_file
-from store.stream import now_micros, write_json
+from store.durable import fsync_file, now_micros, write_json
 
 
 @dataclass(frozen=True)

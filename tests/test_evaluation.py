@@ -13,12 +13,15 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from conformance.server import running_server
+from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.results import ConstructedQuads
+from engine.selection import SelectedWindow
 from protocol import ServerConfig, create_app
+from protocol.services import services_of
 from sparql_ext import QuerySyntaxError
+from sparql_ext.windowing import format_micros
 from store import RevisionedDataset
-from store.evaluation import ConstructedQuads, ExtendedEvaluator, QueryTarget
-from store.selection import SelectedWindow
-from store.stream import Stream, format_micros
+from store.stream import Stream
 from store.streams import StreamCatalog
 
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
@@ -62,11 +65,11 @@ def client(app: Flask) -> FlaskClient:
 
 
 def evaluator(app: Flask) -> ExtendedEvaluator:
-    return app.extensions["evaluator"].with_local_bases([HOST])  # type: ignore[no-any-return]
+    return services_of(app).evaluator.with_local_bases([HOST])  # type: ignore[no-any-return]
 
 
 def stream(app: Flask) -> Stream:
-    return app.extensions["streams"].get("hr")  # type: ignore[no-any-return]
+    return services_of(app).streams.get("hr")  # type: ignore[no-any-return]
 
 
 def select(client: FlaskClient, query: str) -> list[dict[str, str]]:
@@ -146,7 +149,7 @@ def test_then_inside_a_window_is_its_commit_time(app: Flask, client: FlaskClient
                           "} }")
     assert rows == [{"t1": f'"{commits[3]}"{dt}', "t2": f'"{commits[2]}"{dt}'}]
     # THEN() inside a windowed SERVICE IRI; and outside all parts: the dataset revision's commit time
-    head = app.extensions["dataset"].revision(3)
+    head = services_of(app).dataset.revision(3)
     rows = select(client, f"SELECT ?w ?top WHERE {{ SERVICE <{HOST}/streams/hr?WINDOWS=HEAD~2> "
                           "{ SELECT (THEN() AS ?w) {} } BIND(THEN() AS ?top) }")
     top = format_micros(int(head.committed_at.timestamp() * 1_000_000))

@@ -7,6 +7,8 @@ from urllib.parse import quote
 from flask.testing import FlaskClient
 from pyoxigraph import RdfFormat, parse
 
+from protocol.services import services_of
+
 GRAPH = "/store?graph=" + quote("http://ex/g", safe="")
 TTL = "text/turtle"
 
@@ -45,7 +47,7 @@ def test_three_puts_then_revision_reads(client: FlaskClient) -> None:
 def test_revision_by_datetime_between_commits(client: FlaskClient, app) -> None:  # type: ignore[no-untyped-def]
     for value in ("one", "two"):
         _put(client, value)
-    dataset = app.extensions["dataset"]
+    dataset = services_of(app).dataset
     first, second = dataset.revision(1).committed_at, dataset.revision(2).committed_at
     between = first + (second - first) / 2
     r = client.get(f"{GRAPH}&revision-id={quote(between.isoformat())}")

@@ -1,4 +1,6 @@
-"""Dependencies point one way: sparql_ext is pure; store knows nothing of HTTP."""
+"""The layout shows the flow (docs/architecture.md): upload → element → window → rule → output, each step owned by
+one package, and imports point one way — sparql_ext (pure) ← store ← engine ← {pipeline, rules} ← protocol ←
+concentrator (the composition root) — with no import cycle between files."""
 
 from __future__ import annotations
 
@@ -8,26 +10,69 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ["sparql_ext", "store", "engine", "pipeline", "rules", "protocol", "concentrator"]
+HTTP = {"flask", "werkzeug", "gunicorn", "requests"}
 FORBIDDEN = {
-    "sparql_ext": {"flask", "werkzeug", "pyspark", "requests", "pyoxigraph", "store", "protocol",
-                   "concentrator", "socket", "os", "gunicorn"},
-    "store": {"flask", "werkzeug", "pyspark", "requests", "protocol", "concentrator"},
-    "protocol": {"pyspark", "concentrator"},
+    # pure semantics: no I/O library, not even pyoxigraph
+    "sparql_ext": HTTP | {"pyspark", "pyoxigraph", "socket", "os", *PACKAGES[1:]},
+    # durable state only: no evaluation, no rules, no Spark, no HTTP
+    "store": HTTP | {"pyspark", "engine", "pipeline", "rules", "protocol", "concentrator"},
+    # extended-SPARQL evaluation: reads the store; HTTP for SERVICE comes in as a session object
+    "engine": HTTP | {"pyspark", "pipeline", "rules", "protocol", "concentrator"},
+    # Spark only: it reads the element log and commits windows; rules reach it through callbacks
+    "pipeline": HTTP | {"rules", "protocol", "concentrator"},
+    # rules: registry, firing, executor tasks; no Spark (the pipeline runs their jobs), no HTTP
+    "rules": HTTP | {"pyspark", "pipeline", "protocol", "concentrator"},
+    "protocol": {"pyspark", "pipeline", "concentrator"},
 }
 
 
-def _imports(path: Path) -> set[str]:
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).glob("*.py")):
+            found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+    return found
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every module or top-level library the file imports (a package's submodules by their own name)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & modules.keys()
+            names.update(submodules)
+            if len(submodules) < len(node.names):
+                names.add(node.module)
     return names
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_package_imports_point_one_way(package: str) -> None:
-    for path in (ROOT / package).glob("*.py"):
-        bad = _imports(path) & FORBIDDEN[package]
-        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+    modules = _modules()
+    for name, path in modules.items():
+        if name.split(".")[0] == package:
+            bad = {imported.split(".")[0] for imported in _imports(path, modules)} & FORBIDDEN[package]
+            assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_no_import_cycle_between_files() -> None:
+    modules = _modules()
+    graph = {name: {m for m in _imports(path, modules) if m in modules and m != name} for name, path in modules.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for follower in sorted(graph[name]):
+            if state.get(follower) == 1:
+                cycle = path[path.index(follower):] + [follower]
+                pytest.fail("import cycle: " + " → ".join(cycle))
+            if follower not in state:
+                visit(follower, [*path, follower])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])

@@ -21,9 +21,9 @@ pytest.importorskip("pyspark")
 
 from pyoxigraph import Literal, NamedNode, Quad  # noqa: E402
 
-from concentrator.element_source import SCHEMA  # noqa: E402
-from concentrator.pipeline import WindowPipeline  # noqa: E402
-from concentrator.spark import SparkSettings, spark_session  # noqa: E402
+from pipeline.batches import WindowPipeline  # noqa: E402
+from pipeline.element_source import SCHEMA  # noqa: E402
+from pipeline.spark import SparkSettings, spark_session  # noqa: E402
 from sparql_ext.windowing import ListIndex, resolve, windows  # noqa: E402
 from sparql_ext.windowref import parse_window_ref  # noqa: E402
 from store.elements import ParsedElement  # noqa: E402

@@ -1,4 +1,4 @@
-"""Rule firings evaluated in executors (concentrator/rule_tasks.py), without Spark: which rules may go, and that an
+"""Rule firings evaluated in executors (rules/tasks.py), without Spark: which rules may go, and that an
 executor's evaluation over the copied window and static data gives what the driver's gives. The Spark side (a job
 on a real standalone cluster) is in tests/test_cluster.py.
 
@@ -14,7 +14,12 @@ from flask import Flask
 from flask.testing import FlaskClient
 from pyoxigraph import Literal, NamedNode, Quad
 
-from concentrator.rule_tasks import (
+from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.results import ConstructedQuads, ConstructedTriples
+from engine.selection import SelectedWindow
+from protocol import ServerConfig, create_app
+from protocol.services import services_of
+from rules.tasks import (
     ExecutorRuleFailed,
     RuleTask,
     evaluate,
@@ -23,9 +28,6 @@ from concentrator.rule_tasks import (
     static_data,
     window_data,
 )
-from protocol import ServerConfig, create_app
-from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget
-from store.selection import SelectedWindow
 
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
 XSD = "http://www.w3.org/2001/XMLSchema#"
@@ -55,7 +57,7 @@ def app(tmp_path: Path) -> Flask:
 
 def firing(app: Flask) -> ExtendedEvaluator:
     """The evaluator of a firing of hr's window {a, b} (ordinals 1 and 2)."""
-    evaluator: ExtendedEvaluator = app.extensions["evaluator"].with_local_bases([HOST])
+    evaluator: ExtendedEvaluator = services_of(app).evaluator.with_local_bases([HOST])
     return evaluator.for_rule([HOST], {("hr", "R/HEAD/PT5M"): SelectedWindow([1, 2], commit=1_000_000)})
 
 

@@ -12,9 +12,10 @@ from flask.testing import FlaskClient
 from pyoxigraph import RdfFormat
 
 from conformance.server import running_server
+from engine.evaluation import ExtendedEvaluator
+from rules.errors import RuleCycle, RuleRejected
+from rules.registry import RuleRegistry, rule_file
 from store import RevisionedDataset
-from store.evaluation import ExtendedEvaluator
-from store.rules import RuleCycle, RuleRegistry, RuleRejected, rule_file
 from store.stream import StreamConfig
 from store.streams import StreamCatalog
 

@@ -10,14 +10,15 @@ from pathlib import Path
 
 from pyoxigraph import RdfFormat
 
-from concentrator.rules import RuleRunner
+from engine.evaluation import ExtendedEvaluator
+from rules.firing import RuleRunner
+from rules.registry import RuleRegistry
 from sparql_ext.windowing import resolve
 from sparql_ext.windowref import parse_window_ref
 from store import RevisionedDataset
+from store.durable import now_micros
 from store.elements import ElementFramer
-from store.evaluation import ExtendedEvaluator
-from store.rules import RuleRegistry
-from store.stream import Stream, StreamConfig, now_micros
+from store.stream import Stream, StreamConfig
 from store.streams import StreamCatalog
 from store.windows import PipelineState, new_revision
 

@@ -19,15 +19,15 @@ pyspark = pytest.importorskip("pyspark")
 
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
-from concentrator.assignment import assign_one, assign_windows  # noqa: E402
-from concentrator.element_source import (  # noqa: E402
+from pipeline.assignment import assign_one, assign_windows  # noqa: E402
+from pipeline.element_source import (  # noqa: E402
     SCHEMA,
     ElementLogReader,
     LogSlice,
     start_element_pipeline,
     stop_element_pipeline,
 )
-from concentrator.spark import SparkSettings, spark_session  # noqa: E402
+from pipeline.spark import SparkSettings, spark_session  # noqa: E402
 from sparql_ext.window_state import assign_ranges as assign_ranges_numpy  # noqa: E402
 
 T0 = 1_466_416_800_000_000  # 2016-06-20T10:00:00Z in µs

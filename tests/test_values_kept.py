@@ -12,13 +12,14 @@ import pytest
 from flask.testing import FlaskClient
 from pyoxigraph import Literal, NamedNode, RdfFormat, parse
 
-from concentrator.rules import RuleRunner
+from engine.evaluation import ExtendedEvaluator
+from rules.firing import RuleRunner
+from rules.registry import RuleRegistry
 from store import RevisionedDataset
+from store.durable import now_micros
 from store.elements import ElementFramer
 from store.errors import ElementRejected
-from store.evaluation import ExtendedEvaluator
-from store.rules import RuleRegistry
-from store.stream import Stream, StreamConfig, now_micros
+from store.stream import Stream, StreamConfig
 from store.streams import StreamCatalog
 from store.windows import PipelineState, new_revision
 

@@ -1,4 +1,4 @@
-"""Firing rules (store/rules.py) when the pipeline commits window revisions.
+"""Firing rules (rules/registry.py) when the pipeline commits window revisions.
 
 ``RuleRunner.on_windows`` is registered in ``WindowPipeline.on_windows``. For each new window revision of a
 sequence a rule reads, the rule fires once: its windowed IRIs resolve to the latest complete window of their
@@ -26,7 +26,12 @@ from typing import Any
 
 from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad
 
-from concentrator.rule_tasks import (
+from engine.errors import WindowNotComplete
+from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.results import ConstructedQuads, ConstructedTriples
+from engine.selection import revision_window
+from rules.registry import LOG_KEEP, Rule, RuleRegistry
+from rules.tasks import (
     ExecutorPool,
     Placement,
     RuleTask,
@@ -37,13 +42,10 @@ from concentrator.rule_tasks import (
 )
 from sparql_ext.reporting import Reporter
 from sparql_ext.revision import is_finer_than_micros, parse_datetime_stamp
-from sparql_ext.windowing import to_micros
+from sparql_ext.windowing import format_micros, to_micros
+from store.durable import now_micros
 from store.elements import PROV_GENERATED_AT_TIME, ParsedElement, parse_timestamp
-from store.errors import WindowNotComplete
-from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget
-from store.rules import LOG_KEEP, Rule, RuleRegistry
-from store.selection import revision_window
-from store.stream import Stream, format_micros, now_micros
+from store.stream import Stream
 from store.windows import WindowRevision
 
 log = logging.getLogger(__name__)
@@ -56,7 +58,7 @@ class RuleRunner:
         self.evaluator = evaluator
         self.placement = placement
         self.spark_master = spark_master
-        self.pool = pool  # evaluates eligible firings in Spark executors (concentrator/rule_tasks.py)
+        self.pool = pool  # evaluates eligible firings in Spark executors (rules/tasks.py)
         self._lock = threading.Lock()  # one firing at a time: output times stay ordered
         # per (rule, its report settings, input stream and sequence): the reporter, which keeps the last firing
         self._reporters: dict[tuple[str, ...], Reporter] = {}

@@ -30,34 +30,20 @@ from pathlib import Path
 
 from pyoxigraph import NamedNode
 
+from engine.evaluation import ExtendedEvaluator
+from rules.errors import RuleCycle, RuleNotFound, RuleRejected
 from sparql_ext import ExtendedQuery, parse_extended
-from sparql_ext.errors import ReportSyntaxError, SparqlExtError
+from sparql_ext.errors import ConcentratorError, ReportSyntaxError, SparqlExtError
 from sparql_ext.reporting import ReportSpec, parse_report
 from sparql_ext.windowed import windowed_params
-from sparql_ext.windowing import resolve
+from sparql_ext.windowing import format_micros, resolve
 from sparql_ext.windowref import parse_window_ref
+from store.durable import now_micros, write_json
 from store.errors import StoreError
-from store.evaluation import ExtendedEvaluator
-from store.stream import StreamConfig, format_micros, now_micros, write_json
+from store.stream_config import StreamConfig
 from store.streams import check_stream_name
 
 log = logging.getLogger(__name__)
-
-
-class RuleRejected(StoreError):
-    """A rule that cannot be registered as written."""
-
-    status_hint = 400
-
-
-class RuleCycle(StoreError):
-    """A rule whose output would feed back into its own inputs."""
-
-    status_hint = 409
-
-
-class RuleNotFound(StoreError):
-    status_hint = 404
 
 
 @dataclass(frozen=True)
@@ -73,7 +59,7 @@ class RuleStatus:
     outputs: int = 0  # elements appended to the output stream
     failures: int = 0
     waiting: int = 0  # firings skipped because another input had no complete window yet
-    executor_firings: int = 0  # firings evaluated in Spark executors (concentrator/rule_tasks.py)
+    executor_firings: int = 0  # firings evaluated in Spark executors (rules/tasks.py)
     placement: str | None = None  # "executors" or "driver: why" (set at the first firing)
     last_latency_ms: float | None = None
     last_error: str | None = None
@@ -401,7 +387,7 @@ class RuleRegistry:
                         raise RuleRejected("no '# output: <IRI-or-stream-name>' line among its leading comments")
                     self.put(path.stem, declared.text, declared.output, base, declared.report, declared.operator)
                     errors.pop(path, None)
-                except StoreError as error:
+                except ConcentratorError as error:
                     errors[path] = f"{path}: {error}"
                     failed.append(path)
             if len(failed) == len(pending):

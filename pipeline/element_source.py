@@ -8,17 +8,12 @@ commit. Why a file and not a socket: the reader runs in separate Python processe
 for offsets, executor workers for ``read``), so it cannot share memory with the server anyway, and the
 log is already the durable source of truth.
 
-Record kinds (short keys on purpose, see the store):
-
-- element ``{"o": ordinal, "t": µs, "g": graph IRI, "u": uuid, "c": commit µs}``
-- punctuation ``{"p": µs, "c": commit µs}``
-- registration of a window sequence ``{"r": sequence id, "h": last element ordinal before it, "c": commit µs}``
-  (the row's ``ordinal`` column carries ``h``)
+The records are ``store.log_records``'s (the store writes them with the same module): a registration's row carries
+in its ``ordinal`` column the last element ordinal before it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -34,6 +29,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+from store.log_records import ElementRecord, PunctuationRecord, RegistrationRecord, decode
 
 log = logging.getLogger(__name__)
 
@@ -106,23 +103,19 @@ def complete_end(path: Path, start: int, size: int | None = None) -> int:
 
 
 def _parse(stream: str, position: int, line: bytes, cols: dict[str, list[Any]]) -> None:
-    try:
-        rec = json.loads(line)
-    except ValueError:
-        log.warning("%s: skipping undecodable line at byte %d", stream, position)
-        return
-    if "o" in rec:
-        row = ("element", rec["o"], rec.get("t"), rec.get("g"), rec.get("u"), None)
-    elif "p" in rec:
-        row = ("punctuation", None, rec["p"], None, None, None)
-    elif "r" in rec:
-        row = ("registration", rec.get("h"), None, None, None, rec["r"])  # ordinal: last element before it
+    record = decode(line)
+    if isinstance(record, ElementRecord):
+        row = ("element", record.ordinal, record.time, record.graph, None, None)
+    elif isinstance(record, PunctuationRecord):
+        row = ("punctuation", None, record.time, None, None, None)
+    elif isinstance(record, RegistrationRecord):
+        row = ("registration", record.head, None, None, None, record.sequence)  # ordinal: last element before it
     else:
-        log.warning("%s: skipping unknown record at byte %d", stream, position)
+        log.warning("%s: skipping an unreadable line at byte %d", stream, position)
         return
     for name, value in zip(("kind", "ordinal", "time", "graph", "uuid", "sequence"), row, strict=True):
         cols[name].append(value)
-    cols["commit"].append(rec.get("c"))
+    cols["commit"].append(record.commit)
     cols["position"].append(position)
 
 

@@ -25,9 +25,6 @@ solutions become a ``VALUES`` table spliced at the placeholder, and pyoxigraph e
 
 from __future__ import annotations
 
-import functools
-import json
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
@@ -35,46 +32,43 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from pyoxigraph import (
-    BlankNode,
-    DefaultGraph,
     Literal,
     NamedNode,
-    Quad,
     QueryBoolean,
     QueryResultsFormat,
     QuerySolutions,
     QueryTriples,
-    RdfFormat,
     Store,
     Triple,
-    parse,
     parse_query_results,
 )
 
-from sparql_ext import THEN_FUNCTION, ExtendedQuery, ExtensionPart, QuadTemplate, QuerySyntaxError, parse_extended
+from engine.cache import StaticResults, is_static
+from engine.errors import ServiceNotAllowed, WindowNotComplete
+from engine.results import (
+    ConstructedQuads,
+    ConstructedTriples,
+    Row,
+    Solutions,
+    Term,
+    deskolemize,
+    deskolemized_solutions,
+    instantiate,
+    values_table,
+)
+from engine.selection import SelectedWindow, revision_selection, select_window
+from engine.syntax import checked_query
+from sparql_ext import THEN_FUNCTION, ExtendedQuery, ExtensionPart, parse_extended
+from sparql_ext.errors import ConcentratorError
 from sparql_ext.windowed import windowed_params
-from sparql_ext.windowing import WindowNotResolvable
+from sparql_ext.windowing import WindowNotResolvable, format_micros
 from sparql_ext.windowref import parse_window_ref
-from store.cache import StaticResults, is_static
 from store.dataset import RevisionedDataset
-from store.errors import QueryFailed, ServiceNotAllowed, StoreError, WindowNotComplete
-from store.selection import SelectedWindow, revision_selection, select_window
-from store.stream import Stream, format_micros
+from store.errors import QueryFailed
+from store.stream import Stream
 from store.streams import StreamCatalog
 
-SKOLEM_PREFIX = "urn:x-concentrator:bnode:"
 _XSD_DATETIME = NamedNode("http://www.w3.org/2001/XMLSchema#dateTime")
-_LOCATION = re.compile(r"\bat (\d+):(\d+)")
-Term = Any  # a pyoxigraph term: NamedNode | BlankNode | Literal | Triple
-Row = dict[str, Term]  # variable name (without '?') -> term; unbound variables are absent
-
-
-class ConstructedTriples(list[Triple]):
-    """The triples of a CONSTRUCT / DESCRIBE (blank nodes de-skolemized)."""
-
-
-class ConstructedQuads(list[Quad]):
-    """The quads of a CONSTRUCT with a quad template (fresh blank nodes per solution)."""
 
 
 Result = QuerySolutions | QueryBoolean | ConstructedTriples | ConstructedQuads
@@ -98,14 +92,6 @@ class QueryTarget:
     stream: Stream | None = None
 
 
-@dataclass(frozen=True)
-class Solutions:
-    """Materialized solutions of a SELECT (terms as pyoxigraph returns them, blank nodes not skolemized)."""
-
-    variables: list[str]
-    rows: list[Row]
-
-
 class HttpResponse(Protocol):
     status_code: int
     content: bytes
@@ -119,7 +105,6 @@ class HttpSession(Protocol):
     def post(self, url: str, *, data: bytes, timeout: float, headers: dict[str, str]) -> HttpResponse: ...
 
 
-Mapper = Callable[[int], int]  # an offset in some rewritten text -> an offset in the user's text
 
 
 class ExtendedEvaluator:
@@ -133,7 +118,7 @@ class ExtendedEvaluator:
                  sequences: dict[tuple[str, str], str] | None = None) -> None:
         self.dataset = dataset
         # SERVICE IRI -> the dataset it names, copied in already (a rule evaluated in a Spark executor, which has
-        # the window's quads but no catalog: concentrator/rule_tasks.py)
+        # the window's quads but no catalog: rules/tasks.py)
         self.preloaded = preloaded or {}
         # hosts ("host" or "host:port") SERVICE may reach over HTTP; None: any (this server is in-process anyway)
         self.allow_hosts = allow_hosts
@@ -189,8 +174,8 @@ class ExtendedEvaluator:
                 return result
             if isinstance(result, QueryTriples):
                 return ConstructedTriples(
-                    Triple(*(_deskolemize(t) for t in (x.subject, x.predicate, x.object))) for x in result)
-            return _deskolemized_solutions(result)
+                    Triple(*(deskolemize(t) for t in (x.subject, x.predicate, x.object))) for x in result)
+            return deskolemized_solutions(result)
 
     # -- splicing parts ---------------------------------------------------------------------------------
 
@@ -244,7 +229,7 @@ class ExtendedEvaluator:
             else:
                 sub = self._window_target(text, target)
             return self._inner(part, sub).rows
-        except (StoreError, OSError, ValueError) as error:  # requests' errors are OSErrors
+        except (ConcentratorError, OSError, ValueError) as error:  # requests' errors are OSErrors
             if part.silent:  # SPARQL 1.1 Federated Query §4: one solution binding nothing (the join identity)
                 return [{}]
             raise _failed(error, value if isinstance(value, str) else str(value)) from None
@@ -402,30 +387,7 @@ class ExtendedEvaluator:
             raise QueryFailed(f"query evaluation failed: {error}") from None
 
 
-# -- syntax: everything is checked before anything is evaluated --------------------------------------------
-
-@functools.lru_cache(maxsize=512)
-def checked_query(text: str, base_iri: str | None) -> ExtendedQuery:
-    """The parsed query, its main query and every part's checked by pyoxigraph (errors at the user's line and
-    column). Cached: a rule evaluates the same text on every firing (parsing and checking were half of a
-    firing's own time); a failing text raises and is not cached."""
-    extended = parse_extended(text, base_iri)
-    _check(extended, text, lambda offset: offset)
-    return extended
-
-
-def _check(extended: ExtendedQuery, user_text: str, to_user: Mapper) -> None:
-    _check_syntax(extended.sparql, user_text, lambda o: to_user(extended.original_offset(o)))
-    for part in extended.parts:
-        def part_to_user(offset: int, part: ExtensionPart = part) -> int:
-            return to_user(part.original_offset(offset))
-        if isinstance(part.inner, ExtendedQuery):
-            _check(part.inner, user_text, part_to_user)
-        else:
-            _check_syntax(part.inner, user_text, part_to_user)
-
-
-# -- terms and tables ------------------------------------------------------------------------------------
+# -- helpers ------------------------------------------------------------------------------------------------
 
 def _then(micros: int | None) -> Callable[[], Literal | None]:
     value = None if micros is None else Literal(format_micros(micros), datatype=_XSD_DATETIME)
@@ -435,60 +397,6 @@ def _then(micros: int | None) -> Callable[[], Literal | None]:
 def _rows(solutions: QuerySolutions) -> list[Row]:
     names = [v.value for v in solutions.variables]
     return [{name: solution[name] for name in names if solution[name] is not None} for solution in solutions]
-
-
-def skolemize(term: Term) -> Term:
-    if isinstance(term, BlankNode):
-        return NamedNode(SKOLEM_PREFIX + term.value)
-    if isinstance(term, Triple):
-        return Triple(skolemize(term.subject), term.predicate, skolemize(term.object))
-    return term
-
-
-def _deskolemize(term: Term) -> Term:
-    if isinstance(term, NamedNode) and term.value.startswith(SKOLEM_PREFIX):
-        return BlankNode(term.value[len(SKOLEM_PREFIX):])
-    if isinstance(term, Triple):
-        return Triple(_deskolemize(term.subject), term.predicate, _deskolemize(term.object))
-    return term
-
-
-def solutions_from_rows(names: list[str], rows: list[Row]) -> QuerySolutions:
-    """QuerySolutions holding these rows (in order), e.g. to serialize a computed set of solutions in any results
-    format: a VALUES table evaluated on an empty store, blank nodes kept."""
-    projection = " ".join(f"?{name}" for name in names) or "*"
-    return _deskolemized_solutions(Store().query(f"SELECT {projection} WHERE {{ {values_table(names, rows)} }}"))
-
-
-def values_table(names: list[str], rows: list[Row]) -> str:
-    """A VALUES block in N-Triples term syntax (blank nodes skolemized, unbound as UNDEF)."""
-    header = " ".join(f"?{name}" for name in names)
-    body = " ".join(
-        "(" + " ".join(str(skolemize(row[name])) if name in row else "UNDEF" for name in names) + ")"
-        for row in rows)
-    return f"VALUES ({header}) {{ {body} }}"
-
-
-def _deskolemized_solutions(result: QuerySolutions) -> QuerySolutions:
-    """The solutions with skolem IRIs turned back into blank nodes (through SPARQL JSON, which keeps them
-    QuerySolutions that serialize to every results format)."""
-    import io
-
-    buffer = io.BytesIO()
-    result.serialize(buffer, QueryResultsFormat.JSON)
-    data = json.loads(buffer.getvalue())
-    for binding in data.get("results", {}).get("bindings", []):
-        for term in binding.values():
-            _deskolemize_json(term)
-    return parse_query_results(json.dumps(data).encode("utf-8"), QueryResultsFormat.JSON)  # type: ignore[return-value]
-
-
-def _deskolemize_json(term: dict[str, Any]) -> None:
-    if term.get("type") == "uri" and term["value"].startswith(SKOLEM_PREFIX):
-        term["type"], term["value"] = "bnode", term["value"][len(SKOLEM_PREFIX):]
-    elif term.get("type") == "triple":
-        for inner in term["value"].values():
-            _deskolemize_json(inner)
 
 
 def _iri_value(value: Term, part: ExtensionPart) -> str:
@@ -502,69 +410,9 @@ def _designator_text(value: Term) -> str:
     return text[len("urn:uuid:"):] if text.startswith("urn:uuid:") else text
 
 
-def _failed(error: Exception, target: str) -> StoreError:
-    if isinstance(error, StoreError):
+def _failed(error: Exception, target: str) -> ConcentratorError:
+    if isinstance(error, ConcentratorError):
         return error
     return QueryFailed(f"SERVICE <{target.strip('<>')}> failed: {error}")
 
 
-def _check_syntax(sparql: str, user_text: str, to_user: Mapper) -> None:
-    """Let pyoxigraph judge ``sparql`` on an empty store; report its error at the user's line and column."""
-    functions = {NamedNode(THEN_FUNCTION): lambda: None}
-    try:
-        Store().query(sparql, custom_functions=functions, base_iri="http://check.invalid/")
-    except SyntaxError as error:
-        message = str(error)
-        found = _LOCATION.search(message)
-        offset = _offset(sparql, int(found[1]), int(found[2])) if found else 0
-        detail = _LOCATION.sub("", message).replace("error :", "").strip().removeprefix("error").strip(" :")
-        raise QuerySyntaxError(detail, user_text, to_user(min(offset, len(sparql)))) from None
-    except (OSError, RuntimeError, ValueError):
-        pass  # evaluation errors on an empty store say nothing about syntax
-
-
-def _offset(text: str, line: int, column: int) -> int:
-    """Offset of a 1-based line and column (in characters)."""
-    lines = text.split("\n")
-    return sum(len(lines[i]) + 1 for i in range(min(line - 1, len(lines)))) + column - 1
-
-
-# -- quad templates --------------------------------------------------------------------------------------
-
-def instantiate(template: QuadTemplate, rows: list[Row]) -> list[Quad]:
-    """One instance of the template per solution, with fresh blank nodes per solution; quads with an unbound
-    variable or an invalid term position are skipped (as SPARQL CONSTRUCT skips such triples)."""
-    out: dict[Quad, None] = {}
-    for row in rows:
-        fresh: dict[str, BlankNode] = {}
-        for s, p, o, g in template.quads:
-            terms = [_template_term(t, row, fresh) for t in (s, p, o)]
-            graph = DefaultGraph() if g is None else _template_term(g, row, fresh)
-            subject, predicate, obj = terms
-            if (not isinstance(subject, NamedNode | BlankNode) or not isinstance(predicate, NamedNode)
-                    or obj is None or not isinstance(graph, NamedNode | BlankNode | DefaultGraph)):
-                continue
-            out[Quad(subject, predicate, obj, graph)] = None
-    return list(out)
-
-
-def _template_term(term: tuple[str, str], row: Row, fresh: dict[str, BlankNode]) -> Term:
-    kind, value = term
-    if kind == "var":
-        bound = row.get(value)
-        return None if bound is None else _deskolemize(bound)
-    if kind == "iri":
-        return NamedNode(value)
-    if kind == "bnode":
-        return fresh.setdefault(value, BlankNode())
-    return _literal(value)
-
-
-_LITERALS: dict[str, Literal] = {}
-
-
-def _literal(ntriples: str) -> Literal:
-    if ntriples not in _LITERALS:
-        [triple] = parse(f"<urn:s> <urn:p> {ntriples} .".encode(), RdfFormat.N_TRIPLES)
-        _LITERALS[ntriples] = triple.object
-    return _LITERALS[ntriples]

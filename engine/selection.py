@@ -1,4 +1,5 @@
-"""Which elements of a stream a windowed IRI or a revision designator selects (no HTTP here).
+"""Which elements of a stream a windowed IRI or a revision designator selects (the protocol turns a selection
+into response headers).
 
 A one-shot WindowRef (``HEAD/-PT05M``, a datetime interval, ``HEAD~9/HEAD``) is an index look-up,
 waiting up to ``timeout`` seconds for a prospective window to complete; a repeating one (``R…``)
@@ -8,13 +9,15 @@ Each selection carries the window's *commit time*, what ``THEN()`` returns over 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from engine.errors import WindowNotComplete
 from sparql_ext import Head, Instant, Ordinal, RevisionId, parse_revision
 from sparql_ext.windowing import WindowNotResolvable, is_complete, resolve, to_micros, window
 from sparql_ext.windowref import parse_window_ref
-from store.errors import RevisionNotFound, WindowNotComplete
-from store.stream import Stream, format_micros, now_micros
+from store.durable import now_micros
+from store.errors import RevisionNotFound
+from store.stream import Stream
 from store.windows import Sequence, WindowRevision
 
 
@@ -23,8 +26,12 @@ class SelectedWindow:
     """The elements a windowed IRI (or a stream revision) denotes, and which window they are."""
 
     ordinals: list[int]
-    headers: dict[str, str] = field(default_factory=dict)  # Window-Index, Window-Id, Window-Start, Window-End
     commit: int | None = None  # µs: when the concentrator had received all its elements (THEN())
+    kind: str | None = None  # the window's kind ("time": bounds in µs; "count": ordinals); None: not a window
+    start: int | None = None
+    end: int | None = None
+    index: int | None = None  # a window revision's index in its sequence, and its UUID
+    revision_id: str | None = None
 
 
 def select_window(stream: Stream, text: str, timeout: float, sequence_id: str | None = None) -> SelectedWindow:
@@ -57,8 +64,8 @@ def select_window(stream: Stream, text: str, timeout: float, sequence_id: str | 
     if selected is None:
         raise WindowNotResolvable(f"WINDOWS={text}: the window's anchor element is not in the stream")
     ordinals = list(selected.elements)
-    return SelectedWindow(ordinals, bounds_headers(spec.kind, selected.start, selected.end),
-                          _commit_of(stream, ordinals[-1] if ordinals else stream.head()))
+    return SelectedWindow(ordinals, _commit_of(stream, ordinals[-1] if ordinals else stream.head()), spec.kind,
+                          selected.start, selected.end)
 
 
 def latest_sequence(stream: Stream, ref: str, sequence_id: str | None = None) -> Sequence | None:
@@ -79,18 +86,13 @@ def latest_sequence(stream: Stream, ref: str, sequence_id: str | None = None) ->
 
 def revision_window(kind: str, revision: WindowRevision) -> SelectedWindow:
     """A materialized window revision as a selection."""
-    return SelectedWindow(list(revision.ordinals()), {
-        "Window-Index": str(revision.index), "Window-Id": revision.uuid,
-        **bounds_headers(kind, revision.start, revision.end)}, revision.commit)
-
-
-def revision_ordinals(stream: Stream, designator_text: str | None) -> list[int]:
-    """The stream as a dataset at a revision (default HEAD): its retained elements up to it."""
-    return revision_selection(stream, designator_text).ordinals
+    return SelectedWindow(list(revision.ordinals()), revision.commit, kind, revision.start, revision.end,
+                          revision.index, revision.uuid)
 
 
 def revision_selection(stream: Stream, designator_text: str | None) -> SelectedWindow:
-    """``revision_ordinals`` with the commit time of the last element (``THEN()`` over it)."""
+    """The stream as a dataset at a revision (default HEAD): its retained elements up to it, with the commit time
+    of the last one (``THEN()`` over it)."""
     last = stream.head()
     if designator_text is not None:
         designator = parse_revision(designator_text)
@@ -108,17 +110,11 @@ def revision_selection(stream: Stream, designator_text: str | None) -> SelectedW
             raise RevisionNotFound(
                 f"revision-id={designator_text} names no retained element of stream {stream.config.name!r}")
         last = found
-    return SelectedWindow(list(range(stream.first_ordinal, last + 1)), {}, _commit_of(stream, last))
+    return SelectedWindow(list(range(stream.first_ordinal, last + 1)), _commit_of(stream, last))
 
 
 def watermark(stream: Stream) -> int | None:
     return None if stream.stream_time is None else stream.stream_time - stream.config.lateness
-
-
-def bounds_headers(kind: str, start: int, end: int) -> dict[str, str]:
-    if kind == "count":
-        return {"Window-Start": f"element {start}", "Window-End": f"element {end}"}
-    return {"Window-Start": format_micros(start), "Window-End": format_micros(end)}
 
 
 def _commit_of(stream: Stream, ordinal: int) -> int:

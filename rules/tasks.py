@@ -5,7 +5,7 @@ reads (``SERVICE <…/streams/NAME?WINDOWS=…>``) as N-Quads into a ``RuleTask`
 once per dataset revision as a Spark broadcast (the rule's *static data*), and an executor rebuilds both as
 in-memory pyoxigraph stores and runs the same ``ExtendedEvaluator`` over them. What the executor returns (the
 constructed quads or triples, as N-Quads) is appended by the driver exactly as a driver firing's output
-(report policy, stream operator, idempotent origins: concentrator/rules.py).
+(report policy, stream operator, idempotent origins: rules/firing.py).
 
 **Eligible** (``ineligible_reason`` returns None): every extension part is a ``SERVICE`` to a constant IRI of
 one of this server's streams (windowed or whole), without nested parts, and the dataset is at most
@@ -28,8 +28,11 @@ from typing import Any, Literal
 
 from pyoxigraph import RdfFormat, Store, parse, serialize
 
+from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.results import ConstructedQuads, ConstructedTriples
+from engine.syntax import checked_query
+from rules.errors import ExecutorRuleFailed
 from sparql_ext import ExtendedQuery
-from store.evaluation import ConstructedQuads, ConstructedTriples, ExtendedEvaluator, QueryTarget, checked_query
 
 Placement = Literal["auto", "driver", "executors"]
 PLACEMENTS: tuple[str, ...] = ("auto", "driver", "executors")
@@ -79,12 +82,6 @@ class TaskResult:
             return ConstructedQuads(quads)
         return ConstructedTriples(quad.triple for quad in quads)
 
-
-class ExecutorRuleFailed(RuntimeError):
-    """A rule's evaluation failed in an executor (the message is the executor's error)."""
-
-
-# -- which rules can go ----------------------------------------------------------------------------------------
 
 def ineligible_reason(text: str, base: str, evaluator: ExtendedEvaluator) -> str | None:
     """Why a rule must be evaluated in the driver, or None when its windows and static data can travel."""

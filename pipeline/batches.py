@@ -39,9 +39,9 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from concentrator.assignment import assign_ranges, fold_runs, sequence_table
-from concentrator.element_source import start_element_pipeline, stop_element_pipeline
-from concentrator.spark import SparkSettings, spark_session
+from pipeline.assignment import assign_ranges, fold_runs, sequence_table
+from pipeline.element_source import start_element_pipeline, stop_element_pipeline
+from pipeline.spark import SparkSettings, spark_session
 from sparql_ext.window_state import BatchSummary, Step, advance, assignable
 from sparql_ext.windowing import WindowSpec
 from store.stream import Stream

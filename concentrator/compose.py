@@ -1,0 +1,86 @@
+"""The composition root: the one place that wires every part of the server together — the services the HTTP
+layer uses (dataset, streams, evaluator, rules), the Spark window pipeline, and rule firing on the windows the
+pipeline commits. ``concentrator serve`` and ``concentrator replay`` both build their server with ``assemble``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from protocol.services import ServerConfig, Services
+from rules.firing import RuleRunner
+from rules.tasks import ExecutorPool, Placement
+
+if TYPE_CHECKING:
+    from pipeline.batches import WindowPipeline
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Server:
+    """A server's parts, assembled; ``start()`` starts the pipeline, ``close()`` stops and closes everything in
+    order (the pipeline first: its batches write to the streams and fire rules)."""
+
+    services: Services
+    runner: RuleRunner
+    pipeline: WindowPipeline | None = None
+    rule_errors: list[str] = field(default_factory=list)  # rules of the rules directory that did not load
+    _starting: threading.Thread | None = None
+    _closed: bool = False
+
+    def start(self, *, background: bool = True) -> threading.Thread | None:
+        """Fire rules on windows committed before the last stop, then start the pipeline (Spark takes seconds to
+        start: in the background, requests are answered meanwhile)."""
+        caught_up = self.runner.catch_up()
+        if caught_up:
+            log.warning("fired rules on %d window(s) committed before the last stop", caught_up)
+        if self.pipeline is None:
+            return None
+        if background:
+            self._starting = self.pipeline.start_in_background()
+            return self._starting
+        self.pipeline.start()
+        return None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._starting is not None:
+                self._starting.join()  # a stop before the query runs would not stop the query started after it
+            if self.pipeline is not None:
+                self.pipeline.stop(stop_session=True)
+        finally:
+            self.services.close()
+
+
+def assemble(config: ServerConfig, *, spark_master: str | None, rules_dir: Path | None = None, base_url: str = "",
+             rules_on: Placement = "auto", spark_conf: dict[str, str] | None = None,
+             prepare: Callable[[Services], None] | None = None) -> Server:
+    """Open the services of ``config``, ``prepare`` them (replay: its streams and base data), load the rules
+    directory, and wire the pipeline (``spark_master`` None: no pipeline, repeating windows never complete) to rule
+    firing."""
+    opened = Services.open(config)
+    if prepare is not None:
+        prepare(opened)
+    errors = opened.rules.load_directory(rules_dir, base_url) if rules_dir is not None else []
+    pipeline = None
+    if spark_master is not None:
+        from pipeline.batches import WindowPipeline
+        from pipeline.spark import SparkSettings
+
+        pipeline = WindowPipeline(opened.streams, config.data_dir,
+                                  SparkSettings(master=spark_master, conf=spark_conf or {}))
+        opened.pipeline_status = pipeline.status
+    spark = pipeline
+    runner = RuleRunner(opened.rules, opened.evaluator, placement=rules_on, spark_master=spark_master or "",
+                        pool=None if spark is None else ExecutorPool(lambda: spark.spark))
+    if pipeline is not None:
+        pipeline.on_windows.append(runner.on_windows)
+    return Server(opened, runner, pipeline, errors)

@@ -1,0 +1,140 @@
+"""What extended queries give: constructed triples and quads, materialized solutions; blank nodes written into
+``VALUES`` tables (skolemized, see ``engine.evaluation``) and back; quad templates instantiated per solution."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pyoxigraph import (
+    BlankNode,
+    DefaultGraph,
+    Literal,
+    NamedNode,
+    Quad,
+    QueryResultsFormat,
+    QuerySolutions,
+    RdfFormat,
+    Store,
+    Triple,
+    parse,
+    parse_query_results,
+)
+
+from sparql_ext import QuadTemplate
+
+SKOLEM_PREFIX = "urn:x-concentrator:bnode:"
+Term = Any  # a pyoxigraph term: NamedNode | BlankNode | Literal | Triple
+Row = dict[str, Term]  # variable name (without '?') -> term; unbound variables are absent
+
+
+class ConstructedTriples(list[Triple]):
+    """The triples of a CONSTRUCT / DESCRIBE (blank nodes de-skolemized)."""
+
+
+class ConstructedQuads(list[Quad]):
+    """The quads of a CONSTRUCT with a quad template (fresh blank nodes per solution)."""
+
+
+@dataclass(frozen=True)
+class Solutions:
+    """Materialized solutions of a SELECT (terms as pyoxigraph returns them, blank nodes not skolemized)."""
+
+    variables: list[str]
+    rows: list[Row]
+
+
+def skolemize(term: Term) -> Term:
+    if isinstance(term, BlankNode):
+        return NamedNode(SKOLEM_PREFIX + term.value)
+    if isinstance(term, Triple):
+        return Triple(skolemize(term.subject), term.predicate, skolemize(term.object))
+    return term
+
+
+def deskolemize(term: Term) -> Term:
+    if isinstance(term, NamedNode) and term.value.startswith(SKOLEM_PREFIX):
+        return BlankNode(term.value[len(SKOLEM_PREFIX):])
+    if isinstance(term, Triple):
+        return Triple(deskolemize(term.subject), term.predicate, deskolemize(term.object))
+    return term
+
+
+def solutions_from_rows(names: list[str], rows: list[Row]) -> QuerySolutions:
+    """QuerySolutions holding these rows (in order), e.g. to serialize a computed set of solutions in any results
+    format: a VALUES table evaluated on an empty store, blank nodes kept."""
+    projection = " ".join(f"?{name}" for name in names) or "*"
+    return deskolemized_solutions(Store().query(f"SELECT {projection} WHERE {{ {values_table(names, rows)} }}"))
+
+
+def values_table(names: list[str], rows: list[Row]) -> str:
+    """A VALUES block in N-Triples term syntax (blank nodes skolemized, unbound as UNDEF)."""
+    header = " ".join(f"?{name}" for name in names)
+    body = " ".join(
+        "(" + " ".join(str(skolemize(row[name])) if name in row else "UNDEF" for name in names) + ")"
+        for row in rows)
+    return f"VALUES ({header}) {{ {body} }}"
+
+
+def deskolemized_solutions(result: QuerySolutions) -> QuerySolutions:
+    """The solutions with skolem IRIs turned back into blank nodes (through SPARQL JSON, which keeps them
+    QuerySolutions that serialize to every results format)."""
+    import io
+
+    buffer = io.BytesIO()
+    result.serialize(buffer, QueryResultsFormat.JSON)
+    data = json.loads(buffer.getvalue())
+    for binding in data.get("results", {}).get("bindings", []):
+        for term in binding.values():
+            _deskolemize_json(term)
+    return parse_query_results(json.dumps(data).encode("utf-8"), QueryResultsFormat.JSON)  # type: ignore[return-value]
+
+
+def _deskolemize_json(term: dict[str, Any]) -> None:
+    if term.get("type") == "uri" and term["value"].startswith(SKOLEM_PREFIX):
+        term["type"], term["value"] = "bnode", term["value"][len(SKOLEM_PREFIX):]
+    elif term.get("type") == "triple":
+        for inner in term["value"].values():
+            _deskolemize_json(inner)
+
+
+# -- quad templates --------------------------------------------------------------------------------------
+
+def instantiate(template: QuadTemplate, rows: list[Row]) -> list[Quad]:
+    """One instance of the template per solution, with fresh blank nodes per solution; quads with an unbound
+    variable or an invalid term position are skipped (as SPARQL CONSTRUCT skips such triples)."""
+    out: dict[Quad, None] = {}
+    for row in rows:
+        fresh: dict[str, BlankNode] = {}
+        for s, p, o, g in template.quads:
+            terms = [_template_term(t, row, fresh) for t in (s, p, o)]
+            graph = DefaultGraph() if g is None else _template_term(g, row, fresh)
+            subject, predicate, obj = terms
+            if (not isinstance(subject, NamedNode | BlankNode) or not isinstance(predicate, NamedNode)
+                    or obj is None or not isinstance(graph, NamedNode | BlankNode | DefaultGraph)):
+                continue
+            out[Quad(subject, predicate, obj, graph)] = None
+    return list(out)
+
+
+def _template_term(term: tuple[str, str], row: Row, fresh: dict[str, BlankNode]) -> Term:
+    kind, value = term
+    if kind == "var":
+        bound = row.get(value)
+        return None if bound is None else deskolemize(bound)
+    if kind == "iri":
+        return NamedNode(value)
+    if kind == "bnode":
+        return fresh.setdefault(value, BlankNode())
+    return _literal(value)
+
+
+_LITERALS: dict[str, Literal] = {}
+
+
+def _literal(ntriples: str) -> Literal:
+    if ntriples not in _LITERALS:
+        [triple] = parse(f"<urn:s> <urn:p> {ntriples} .".encode(), RdfFormat.N_TRIPLES)
+        _LITERALS[ntriples] = triple.object
+    return _LITERALS[ntriples]

@@ -1,0 +1,59 @@
+"""Syntax: everything in an extended query is checked by pyoxigraph before anything is evaluated, and its errors
+are reported at the line and column of the text the user sent (not of any rewritten text)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+
+from pyoxigraph import NamedNode, Store
+
+from sparql_ext import THEN_FUNCTION, ExtendedQuery, ExtensionPart, QuerySyntaxError, parse_extended
+
+_LOCATION = re.compile(r"\bat (\d+):(\d+)")
+Mapper = Callable[[int], int]  # an offset in some rewritten text -> an offset in the user's text
+
+
+@functools.lru_cache(maxsize=512)
+def checked_query(text: str, base_iri: str | None) -> ExtendedQuery:
+    """The parsed query, its main query and every part's checked by pyoxigraph (errors at the user's line and
+    column). Cached: a rule evaluates the same text on every firing (parsing and checking were half of a
+    firing's own time); a failing text raises and is not cached."""
+    extended = parse_extended(text, base_iri)
+    _check(extended, text, lambda offset: offset)
+    return extended
+
+
+def _check(extended: ExtendedQuery, user_text: str, to_user: Mapper) -> None:
+    _check_syntax(extended.sparql, user_text, lambda o: to_user(extended.original_offset(o)))
+    for part in extended.parts:
+        def part_to_user(offset: int, part: ExtensionPart = part) -> int:
+            return to_user(part.original_offset(offset))
+        if isinstance(part.inner, ExtendedQuery):
+            _check(part.inner, user_text, part_to_user)
+        else:
+            _check_syntax(part.inner, user_text, part_to_user)
+
+
+
+
+def _check_syntax(sparql: str, user_text: str, to_user: Mapper) -> None:
+    """Let pyoxigraph judge ``sparql`` on an empty store; report its error at the user's line and column."""
+    functions = {NamedNode(THEN_FUNCTION): lambda: None}
+    try:
+        Store().query(sparql, custom_functions=functions, base_iri="http://check.invalid/")
+    except SyntaxError as error:
+        message = str(error)
+        found = _LOCATION.search(message)
+        offset = _offset(sparql, int(found[1]), int(found[2])) if found else 0
+        detail = _LOCATION.sub("", message).replace("error :", "").strip().removeprefix("error").strip(" :")
+        raise QuerySyntaxError(detail, user_text, to_user(min(offset, len(sparql)))) from None
+    except (OSError, RuntimeError, ValueError):
+        pass  # evaluation errors on an empty store say nothing about syntax
+
+
+def _offset(text: str, line: int, column: int) -> int:
+    """Offset of a 1-based line and column (in characters)."""
+    lines = text.split("\n")
+    return sum(len(lines[i]) + 1 for i in range(min(line - 1, len(lines)))) + column - 1

@@ -1,0 +1,120 @@
+"""What the HTTP layer serves, in one typed object: built once by the composition root
+(``concentrator.compose``) and handed to ``create_app(config, services)``; views reach it with ``services()``.
+
+The continuous responses running now (``Registrations``) and the window results they share (``SharedResults``)
+live here too: they are the HTTP layer's own state.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+from flask import Flask, current_app
+
+from engine.evaluation import ExtendedEvaluator
+from protocol.window_results import SharedResults
+from rules.registry import RuleRegistry
+from store import RevisionedDataset
+from store.streams import StreamCatalog
+
+EXTENSION = "concentrator"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    data_dir: Path
+    max_body_bytes: int | None = None  # RDF request bodies; None: no limit
+    retention: int | None = None  # revisions whose history is kept; None: all
+    in_memory: bool = False  # tests only: the store lives in memory, its history on disk
+    token: str | None = None  # writes need "Authorization: Bearer <token>" (protocol/access.py)
+    read_only: bool = False  # every write is refused (403)
+    rate_limit: float | None = None  # requests per second per client address; None: no limit
+    service_allow: tuple[str, ...] | None = None  # hosts SERVICE may reach over HTTP; None: any
+
+
+@dataclass
+class Registration:
+    """One running continuous response (shown in /status)."""
+
+    id: str
+    stream: str
+    ref: str
+    packaging: str
+    media_type: str
+    client: str
+    started: str
+    windows_sent: int = 0
+    last_window: int | None = None
+
+    def delivered(self, index: int, part: bytes) -> bytes:
+        """Count a window's part as sent (for /status) and pass it on."""
+        self.windows_sent += 1
+        self.last_window = index
+        return part
+
+
+@dataclass
+class Registrations:
+    """The continuous responses running now."""
+
+    _items: dict[str, Registration] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, registration: Registration) -> None:
+        with self._lock:
+            self._items[registration.id] = registration
+
+    def remove(self, ident: str) -> None:
+        with self._lock:
+            self._items.pop(ident, None)
+
+    def status(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [asdict(r) for r in self._items.values()]
+
+
+def _not_running() -> dict[str, object]:
+    return {"state": "not running"}
+
+
+@dataclass
+class Services:
+    """The server's parts the HTTP layer uses."""
+
+    dataset: RevisionedDataset
+    streams: StreamCatalog
+    evaluator: ExtendedEvaluator
+    rules: RuleRegistry
+    pipeline_status: Callable[[], dict[str, object]] = _not_running
+    continuous: Registrations = field(default_factory=Registrations)  # the continuous responses running now
+    window_results: SharedResults[Any] = field(default_factory=SharedResults)  # shared by continuous responses
+
+    @classmethod
+    def open(cls, config: ServerConfig) -> Services:
+        """The dataset, the streams, the evaluator and the rules of ``config.data_dir``, without a pipeline (tests,
+        and the parts ``concentrator.compose`` adds the pipeline and rule firing to)."""
+        dataset = RevisionedDataset(config.data_dir, in_memory=config.in_memory, retention=config.retention)
+        streams = StreamCatalog(config.data_dir / "streams", in_memory=config.in_memory)
+        allow = None if config.service_allow is None else frozenset(config.service_allow)
+        evaluator = ExtendedEvaluator(dataset, streams, [], requests.Session(), allow_hosts=allow)
+        return cls(dataset, streams, evaluator, RuleRegistry(config.data_dir / "rules", evaluator))
+
+    def close(self) -> None:
+        self.streams.close()
+        self.dataset.close()
+
+
+def services() -> Services:
+    """The services of the app handling the current request."""
+    return services_of(current_app)
+
+
+def services_of(app: Flask) -> Services:
+    found = app.extensions[EXTENSION]
+    assert isinstance(found, Services)
+    return found

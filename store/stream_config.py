@@ -1,0 +1,27 @@
+"""A stream's configuration: what ``PUT /streams/{name}`` sets, kept in ``<data>/streams/<name>/config.json``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from store.elements import PROV_GENERATED_AT_TIME
+
+
+@dataclass
+class StreamConfig:
+    """What ``PUT /streams/{name}`` sets."""
+
+    name: str
+    timestamp_predicate: str = PROV_GENERATED_AT_TIME
+    lateness: int = 0  # µs of allowed lateness; 0 = distinct time series (strictly increasing)
+    retention: int | None = None  # µs of stream time to keep; None = keep everything
+    aliases: list[str] = field(default_factory=list)  # other IRIs (e.g. urn:uuid:…) naming this stream
+    uuid_prefix: int = 0  # high 64 bits of this stream's revision UUIDs (random at creation)
+    write_token_sha256: str | None = None  # a token that may write to this stream (protocol/access.py)
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> StreamConfig:
+        return cls(**data)  # type: ignore[arg-type]

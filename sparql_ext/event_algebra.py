@@ -17,7 +17,7 @@ one time, as ``event_matching.EventMatcher`` runs it. Each method is the transcr
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Mapping
 from enum import Enum
 from typing import Any, NamedTuple
@@ -38,6 +38,7 @@ from sparql_ext.events import (
     Seq,
     Term,
     basic_events,
+    is_monotone,
 )
 
 LOW, HIGH = -(2**63), 2**63  # bounds beyond any µs time
@@ -77,11 +78,16 @@ def time_of(basic: BasicEvent) -> int:
     return basic.time
 
 
+def start_of(ev: EventMapping) -> int:
+    return ev.start
+
+
 class EventStore:
     """The live basic events of one EVENT, by ordinal, indexed by (variable, term) for the variables every
     solution so far binds (so that substituted bindings, Eq. 7's µ2(E1), are looked up, not scanned)."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: str) -> None:
+        self.key = key  # of the EVENT's window
         self.events: list[BasicEvent] = []
         self.index: dict[tuple[str, Term], list[BasicEvent]] = {}
         self.always: set[str] | None = None
@@ -115,14 +121,35 @@ class EventStore:
 
 
 
+class SeqMemo:
+    """What a top-level SEQc / SEQr found at the previous evaluation (a cache: an empty one only costs a full pass).
+    With monotone E1 and E2, an E2 event that is not new was one before; without a partner then it can only have
+    gained one among E1's *new* events, early enough; with one it keeps it while that partner is live."""
+
+    def __init__(self) -> None:
+        self.candidates: dict[tuple[BasicEvent, ...], tuple[EventMapping, tuple[BasicEvent, ...]]] = {}
+        self.waiting: list[EventMapping] = []  # E2 events without a partner, by start
+        self.checks = 0  # evaluations since ``waiting`` was last rid of dead events
+
+    def place(self, right: EventMapping, partners: list[EventMapping]) -> None:
+        if partners:
+            self.candidates[right.uses] = (right, partners[0].uses)
+        else:
+            insort(self.waiting, right, key=start_of)
+
+
+Memo = dict[int, SeqMemo]  # by id() of the Seq node
+
+
 class Evaluation:
     """The pattern's events at one evaluation: ``runs`` are the windows at t (first and last ordinal, None if
     empty) by window key, ``stores`` the live basic events by EVENT ident, ``new_from`` the time of each EVENT's
     earliest new element (None: none)."""
 
     def __init__(self, runs: Mapping[str, tuple[int, int] | None], stores: list[EventStore],
-                 new_from: Mapping[int, int | None], filter: FilterFunction | None) -> None:
+                 new_from: Mapping[int, int | None], filter: FilterFunction | None, memo: Memo | None = None) -> None:
         self._runs, self._stores, self._new_from, self._filter = runs, stores, new_from, filter
+        self._memo: Memo = {} if memo is None else memo
 
     def events(self, node: EventPattern, lo: int, hi: int, ctx: Bindings, mode: Mode) -> list[EventMapping]:
         """The events of ``node`` that end at or before ``hi`` (the active window's restriction, Eq. 7's
@@ -199,20 +226,66 @@ class Evaluation:
     def _policy_seq(self, node: Seq, hi: int, ctx: Bindings) -> list[EventMapping]:
         """Eqs. (10) and (11): among the E2 events that have an earlier compatible E1 event, the first (SEQc) or
         last (SEQr) ones for ≺, each joined with its FIRST (SEQc) or LAST (SEQr) such E1 events."""
-        chronological = node.selection is Selection.CHRONOLOGICAL
-        rights = sorted(self.events(node.right, LOW, hi, ctx, Mode.ALL),
-                        key=(lambda ev: ev.end) if chronological else (lambda ev: -ev.start))
-
-        def partners(right: EventMapping) -> list[EventMapping]:
-            return self.events(node.left, LOW, right.start - 1, {**ctx, **right.bindings}, Mode.ALL)
-
-        # ≺-minimal among candidates: start ≤ the least end of any candidate; ≺-maximal: end ≥ the greatest start
-        bound = next((right.end if chronological else right.start for right in rights if partners(right)), None)
-        if bound is None:
+        candidates = self._candidates(node, hi, ctx)
+        if not candidates:
             return []
-        chosen = [right for right in rights if (right.start <= bound if chronological else right.end >= bound)]
-        pick = first_events if chronological else last_events
-        return [combine(left, right) for right in chosen for left in pick(partners(right))]
+        # ≺-minimal among candidates: start ≤ the least end of any candidate; ≺-maximal: end ≥ the greatest start
+        if node.selection is Selection.CHRONOLOGICAL:
+            least_end = min(right.end for right in candidates)
+            chosen, pick = [right for right in candidates if right.start <= least_end], first_events
+        else:
+            greatest_start = max(right.start for right in candidates)
+            chosen, pick = [right for right in candidates if right.end >= greatest_start], last_events
+        return [combine(left, right) for right in chosen for left in pick(self._partners(node, right, ctx, Mode.ALL))]
+
+    def _partners(self, node: Seq, right: EventMapping, ctx: Bindings, mode: Mode) -> list[EventMapping]:
+        """⟪µ2(E1)⟫ within W ⊔ [0, t3 − 1] • W for an E2 event (µ2, t3, t4)."""
+        return self.events(node.left, LOW, right.start - 1, {**ctx, **right.bindings}, mode)
+
+    def _candidates(self, node: Seq, hi: int, ctx: Bindings) -> list[EventMapping]:
+        """The E2 events that have a partner; at a pattern's top (nothing substituted, no restriction) with monotone
+        E1 and E2, semi-naively through the node's ``SeqMemo``, so that a landmark window of partnerless events
+        costs nothing per element."""
+        if ctx or hi != HIGH or not (is_monotone(node.left) and is_monotone(node.right)):
+            return [right for right in self.events(node.right, LOW, hi, ctx, Mode.ALL)
+                    if self._partners(node, right, ctx, Mode.ALL)]
+        memo = self._memo.get(id(node))
+        if memo is None:
+            memo = self._memo[id(node)] = SeqMemo()
+            fresh = self.events(node.right, LOW, HIGH, {}, Mode.ALL)
+        else:
+            fresh = self.events(node.right, LOW, HIGH, {}, Mode.NEW)
+            self._refresh(node, memo)
+        for right in fresh:
+            memo.place(right, self._partners(node, right, {}, Mode.ALL))
+        return [right for right, _ in memo.candidates.values()]
+
+    def _refresh(self, node: Seq, memo: SeqMemo) -> None:
+        for uses, (right, partner) in list(memo.candidates.items()):
+            if not self._live(uses):
+                del memo.candidates[uses]
+            elif not self._live(partner):
+                del memo.candidates[uses]
+                memo.place(right, self._partners(node, right, {}, Mode.ALL))
+        earliest = self._earliest_new(node.left)
+        if earliest is not None:  # only the waiting events starting after a new E1 event can have gained one
+            cut = bisect_right(memo.waiting, earliest, key=start_of)
+            memo.waiting, recheck = memo.waiting[:cut], memo.waiting[cut:]
+            for right in recheck:
+                if self._live(right.uses):
+                    memo.place(right, self._partners(node, right, {}, Mode.NEW))
+        memo.checks += 1
+        if memo.checks >= len(memo.waiting):  # amortized: dead waiting events are dropped once in a while
+            memo.waiting = [right for right in memo.waiting if self._live(right.uses)]
+            memo.checks = 0
+
+    def _live(self, uses: tuple[BasicEvent, ...]) -> bool:
+        """True while each basic event is unconsumed and in its window."""
+        for basic in uses:
+            run = self._runs[self._stores[basic.event].key]
+            if not basic.alive or run is None or not run[0] <= basic.ordinal <= run[1]:
+                return False
+        return True
 
     def _optional(self, mandatory: EventPattern, optional: EventPattern, condition: tuple[EventFilter, ...],
                   hi: int, ctx: Bindings, *, equal: bool) -> list[EventMapping]:

@@ -24,7 +24,17 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sparql_ext.event_algebra import HIGH, LOW, BasicEvent, Evaluation, EventMapping, EventStore, Mode, match_key
+from sparql_ext.event_algebra import (
+    HIGH,
+    LOW,
+    BasicEvent,
+    Evaluation,
+    EventMapping,
+    EventStore,
+    Memo,
+    Mode,
+    match_key,
+)
 from sparql_ext.event_windows import ResolvedWindow
 from sparql_ext.events import (
     Bindings,
@@ -63,7 +73,7 @@ class EventMatcher:
         if filters_of(clause.pattern) and filter is None:
             raise EventPatternError("this MATCH has FILTERs: the matcher needs a filter function to evaluate them")
         self.clause, self._filter, self._windows = clause, filter, windows
-        self._stores = [EventStore() for _ in clause.events]
+        self._stores = [EventStore(event.window.key) for event in clause.events]
         self._logs: dict[str | None, tuple[list[int], list[int]]] = {s: ([], []) for s in clause.streams}
         self._heads: dict[str | None, int] = dict.fromkeys(clause.streams, 0)
         self._sharing: dict[str, list[int]] = {}
@@ -74,6 +84,7 @@ class EventMatcher:
         self._floors: dict[str, int] = {}
         self._new_from: dict[int, int | None] = {}
         self._emitted: set[tuple[Any, ...]] = set()
+        self._memo: Memo = {}  # what SEQc / SEQr found at the previous evaluation (a cache: not saved)
         self._monotone = is_monotone(clause.pattern)
 
     # --- feeding -------------------------------------------------------------------------------------------------
@@ -137,7 +148,7 @@ class EventMatcher:
             times, ordinals = self._logs[event.window.stream]
             k = bisect_left(ordinals, max(seen + 1, run[0])) if run else len(ordinals)
             self._new_from[event.ident] = times[k] if run and k < len(ordinals) and ordinals[k] <= run[1] else None
-        evaluation = Evaluation(self._runs, self._stores, self._new_from, self._filter)
+        evaluation = Evaluation(self._runs, self._stores, self._new_from, self._filter, self._memo)
         mode = Mode.NEW if self._monotone else Mode.ALL
         results = {match_key(ev): ev for ev in evaluation.events(self.clause.pattern, LOW, HIGH, {}, mode)}
         new = [key for key in results if key not in self._emitted]

@@ -488,6 +488,67 @@ def test_new_matches_of_a_monotone_pattern_are_those_the_definition_gives(
                 for m in outputs} == expected[ordinal - 1]
 
 
+def policy_oracle(stream: list[tuple[int, list[Triple]]], chronological: bool,
+                  consuming: bool) -> list[set[tuple[object, ...]]]:
+    """E1 SEQc/SEQr E2 by Eqs. 10/11 at each arrival, E1 = {?x :p ?y} over (4k − 6, 4k] (k = ⌊t/4⌋ ≥ 1), E2 =
+    {?y :q ?z} over (t − 4, t]; with consumption, the elements a match used are gone from that window's input."""
+    consumed: dict[str, set[int]] = {"w1": set(), "w2": set()}
+    emitted: set[tuple[object, ...]] = set()
+    out = []
+    for arrived in range(1, len(stream) + 1):
+        time, k = stream[arrived - 1][0], stream[arrived - 1][0] // 4
+        so_far = list(enumerate(stream[:arrived], start=1))
+        first = [(t, s, o, n) for n, (t, graph) in so_far for s, p, o in graph
+                 if p == "p" and k >= 1 and 4 * k - 6 < t <= 4 * k and n not in consumed["w1"]]
+        second = [(t, s, o, n) for n, (t, graph) in so_far for s, p, o in graph
+                  if p == "q" and time - 4 < t <= time and n not in consumed["w2"]]
+
+        def partners(right: tuple[int, str, str, int], first: list[tuple[int, str, str, int]] = first
+                     ) -> list[tuple[int, str, str, int]]:
+            return [left for left in first if left[2] == right[1] and left[0] < right[0]]
+
+        candidates = [right for right in second if partners(right)]
+        results = set()
+        if candidates:  # events of one element: ≺-first = the earliest time, ≺-last = the latest
+            bound = (min if chronological else max)(right[0] for right in candidates)
+            for right in (right for right in candidates if right[0] == bound):
+                lefts = partners(right)
+                pick = (min if chronological else max)(left[0] for left in lefts)
+                results |= {(left[1], right[2], left[0], right[0], (left[3], right[3]))
+                            for left in lefts if left[0] == pick}
+        out.append(results - emitted)
+        if consuming:
+            for *_, (one, two) in results:
+                consumed["w1"].add(one)
+                consumed["w2"].add(two)
+        emitted |= results
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from("pq"),
+                                                                 st.sampled_from("ab")), max_size=2)), max_size=16),
+       st.booleans(), st.booleans())
+def test_selection_and_consumption_are_those_the_definitions_give(
+        steps: list[tuple[int, list[Triple]]], chronological: bool, consuming: bool) -> None:
+    """SEQc / SEQr (semi-naive through their memo) with and without consumption, against Eqs. 10/11 and Def. 10
+    applied whole at each arrival; ties, late admission into E1's stepped window and elements with two triples."""
+    stream, time = [], 1
+    for gap, graph in steps:
+        time += gap
+        stream.append((time, graph))
+    operator, consume = ("SEQC", "CHRONOLOGICAL") if chronological else ("SEQR", "RECENT")
+    # the time unit is the microsecond here, so that "ends before the other starts" is tested at its boundary
+    engine = Engine(EventMatcher(clause(f"EVENT <s?WINDOWS=R/1970-01-01T00:00:00Z/-PT0.000006S/PT0.000004S> "
+                                        f"{{ ?x :p ?y }} {operator} EVENT <s?WINDOWS=HEAD/-PT0.000004S> {{ ?y :q ?z }}",
+                                        consume if consuming else "UNRESTRICTED")), {0: E1, 1: E2})
+    expected = policy_oracle(stream, chronological, consuming)
+    for ordinal, (t, graph) in enumerate(stream, start=1):
+        outputs = engine.arrive(ordinal, t, graph)
+        assert {(m.bindings["x"], m.bindings["z"], m.start, m.end, tuple(e.ordinal for e in m.elements))
+                for m in outputs} == expected[ordinal - 1], ordinal
+
+
 def test_state_is_bounded_by_the_windows_and_by_consumption() -> None:
     sliding = Engine(EventMatcher(clause("EVENT <s?WINDOWS=HEAD/-PT5S> { ?x :p ?y } "
                                          "SEQ EVENT <s?WINDOWS=HEAD/-PT5S> { ?y :q ?z }")), {0: E1, 1: E2})

@@ -120,7 +120,6 @@ class EventStore:
             self.dead = 0
 
 
-
 class SeqMemo:
     """What a top-level SEQc / SEQr found at the previous evaluation (a cache: an empty one only costs a full pass).
     With monotone E1 and E2, an E2 event that is not new was one before; without a partner then it can only have

@@ -10,6 +10,29 @@ from sparql_ext.errors import (
     UnsupportedOperation,
     WindowRefSyntaxError,
 )
+from sparql_ext.event_matching import EventMatcher
+from sparql_ext.event_syntax import EventQuery, parse_events
+from sparql_ext.events import (
+    Consumption,
+    ElementRef,
+    Equals,
+    EqualsOptional,
+    Event,
+    EventFilter,
+    EventOrderError,
+    EventPattern,
+    EventPatternError,
+    EventStateError,
+    EventWindow,
+    Filtered,
+    First,
+    Last,
+    Match,
+    MatchClause,
+    OptionalSeq,
+    Selection,
+    Seq,
+)
 from sparql_ext.extended import (
     PLACEHOLDER,
     THEN_FUNCTION,
@@ -56,4 +79,7 @@ __all__ = [
     "parse_window_ref", "resolve", "to_micros", "window", "windows",
     "ReportPolicy", "ReportSpec", "ReportSyntaxError", "Reporter", "StreamOperator", "parse_report",
     "PLACEHOLDER", "THEN_FUNCTION", "ExtendedQuery", "ExtensionPart", "QuadTemplate", "parse_extended",
+    "Consumption", "ElementRef", "Equals", "EqualsOptional", "Event", "EventFilter", "EventMatcher", "EventOrderError",
+    "EventPattern", "EventPatternError", "EventQuery", "EventStateError", "EventWindow", "Filtered", "First", "Last",
+    "Match", "MatchClause", "OptionalSeq", "Selection", "Seq", "parse_events",
 ]

@@ -146,3 +146,24 @@ def matching_close(tokens: list[Token], open_index: int, text: str) -> int:
                 return i
     opener = tokens[open_index]
     raise QuerySyntaxError(f"{opener.text!r} is never closed", text, opener.start)
+
+
+def tokenize_window_refs(text: str) -> list[Token]:
+    """``tokenize``, plus the '~' of ``HEAD~n`` (a WindowRef character, not a SPARQL 1.1 one) as a PUNCT token.
+
+    >>> [t.text for t in tokenize_window_refs("WINDOWS HEAD~9/HEAD { }")]
+    ['WINDOWS', 'HEAD', '~', '9', '/', 'HEAD', '{', '}']
+    """
+    out: list[Token] = []
+    position = 0
+    while True:
+        try:
+            for tok in tokenize(text[position:]):
+                out.append(Token(tok.kind, tok.text, tok.start + position, tok.end + position))
+            return out
+        except QuerySyntaxError as error:
+            at = position + error.offset
+            if text[at] != "~":
+                raise QuerySyntaxError(f"unexpected character {text[at]!r}", text, at) from None
+            out.append(Token(Kind.PUNCT, "~", at, at + 1))
+            position = at + 1

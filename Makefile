@@ -17,15 +17,19 @@ $(VENV)/installed: setup.cfg pyproject.toml $(CONSTRAINTS)
 	$(VENV)/bin/pip install -c $(CONSTRAINTS) -e '.[test]'
 	touch $@
 
-.PHONY: serve test lint lock
+.PHONY: serve test test-fast lint lock
 serve: $(VENV)/installed  ## install, then run the server on an on-disk store in $(DATA), with the example rules
 	$(VENV)/bin/concentrator serve --data $(DATA) --host $(HOST) --port $(PORT) --rules $(RULES)
 
 test: $(VENV)/installed  ## install, then run the whole test suite (conformance included)
 	$(VENV)/bin/python -m pytest
 
-lint: $(VENV)/installed
-	$(VENV)/bin/ruff check concentrator sparql_ext store protocol conformance bench tests examples
+test-fast: $(VENV)/installed  ## the tests that need no JVM (no Spark, no Jena): under a minute
+	$(VENV)/bin/python -m pytest -m "not jvm" -n 2
+
+lint: $(VENV)/installed  ## ruff over everything, mypy (strict, mypy.ini) over the production packages
+	$(VENV)/bin/ruff check concentrator sparql_ext store engine pipeline rules protocol conformance bench tests examples
+	$(VENV)/bin/mypy
 
 # Resolves setup.cfg's direct pins afresh (without the old lock) in a throw-away venv and freezes every
 # package it installed: run it after changing a pin in setup.cfg, then run the tests and commit both files.

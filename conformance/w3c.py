@@ -572,8 +572,9 @@ def _totals(results: Sequence[TestResult]) -> list[str]:
 
 @contextlib.contextmanager
 def running_server(timeout: float = STARTUP_TIMEOUT) -> Iterator[str]:
-    """Start ``python -m concentrator serve`` on a fresh data directory; yield its base URL."""
-    with server.running_server(timeout=timeout) as running:
+    """Start ``python -m concentrator serve`` on a fresh data directory (no Spark: these suites read and write the
+    dataset only); yield its base URL."""
+    with server.running_server(["--no-pipeline"], timeout=timeout) as running:
         yield running.url
 
 

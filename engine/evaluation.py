@@ -377,7 +377,7 @@ class ExtendedEvaluator:
 
     @staticmethod
     def _run(store: Store, sparql: str, target: QueryTarget, uses_then: bool) -> Any:
-        functions = {NamedNode(THEN_FUNCTION): _then(target.then_time)}
+        functions: dict[NamedNode, Any] = {NamedNode(THEN_FUNCTION): _then(target.then_time)}
         try:
             return store.query(sparql, base_iri=target.base_iri, default_graph=target.default_graph,
                                named_graphs=target.named_graphs, custom_functions=functions)

@@ -38,7 +38,7 @@ def write(result: PlainResult, output: IO[bytes], format: Any) -> None:
         raise QueryFailed(f"query evaluation failed: {error}") from None
 
 
-def write_rdf(items: Iterable[Quad | Triple], output: IO[bytes], format: RdfFormat) -> None:
+def write_rdf(items: Iterable[Quad] | Iterable[Triple], output: IO[bytes], format: RdfFormat) -> None:
     """Serialize constructed quads or triples (an extended CONSTRUCT's result)."""
     try:
         serialize(items, output, format)

@@ -65,7 +65,9 @@ def solutions_from_rows(names: list[str], rows: list[Row]) -> QuerySolutions:
     """QuerySolutions holding these rows (in order), e.g. to serialize a computed set of solutions in any results
     format: a VALUES table evaluated on an empty store, blank nodes kept."""
     projection = " ".join(f"?{name}" for name in names) or "*"
-    return deskolemized_solutions(Store().query(f"SELECT {projection} WHERE {{ {values_table(names, rows)} }}"))
+    solutions = Store().query(f"SELECT {projection} WHERE {{ {values_table(names, rows)} }}")
+    assert isinstance(solutions, QuerySolutions)
+    return deskolemized_solutions(solutions)
 
 
 def values_table(names: list[str], rows: list[Row]) -> str:

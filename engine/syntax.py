@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
+from typing import Any
 
 from pyoxigraph import NamedNode, Store
 
@@ -40,7 +41,7 @@ def _check(extended: ExtendedQuery, user_text: str, to_user: Mapper) -> None:
 
 def _check_syntax(sparql: str, user_text: str, to_user: Mapper) -> None:
     """Let pyoxigraph judge ``sparql`` on an empty store; report its error at the user's line and column."""
-    functions = {NamedNode(THEN_FUNCTION): lambda: None}
+    functions: dict[NamedNode, Any] = {NamedNode(THEN_FUNCTION): lambda: None}
     try:
         Store().query(sparql, custom_functions=functions, base_iri="http://check.invalid/")
     except SyntaxError as error:

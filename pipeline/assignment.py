@@ -84,14 +84,29 @@ _RANGE_COLUMNS = (
 class WindowSpecLike(Protocol):
     """The fields of ``sparql_ext.windowing.WindowSpec`` that assignment reads."""
 
-    kind: str  # 'time' | 'count'
-    backward: bool
-    origin: int | None  # t0 in µs (time) or o0 (count); None while a time spec waits for its anchor
-    width: int
-    step: int
-    step_kind: str  # 'time' | 'count'
-    first: int
-    count: int | None
+    @property
+    def kind(self) -> str: ...  # 'time' | 'count'
+
+    @property
+    def backward(self) -> bool: ...
+
+    @property
+    def origin(self) -> int | None: ...  # t0 in µs (time) or o0 (count); None while a time spec waits for its anchor
+
+    @property
+    def width(self) -> int: ...
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def step_kind(self) -> str: ...  # 'time' | 'count'
+
+    @property
+    def first(self) -> int: ...
+
+    @property
+    def count(self) -> int | None: ...
 
 
 #: (sequence id, stream name, spec) — one registered window sequence.

@@ -37,10 +37,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from pipeline.assignment import assign_ranges, fold_runs, sequence_table
 from pipeline.element_source import start_element_pipeline, stop_element_pipeline
+from pipeline.errors import PipelineError
 from pipeline.spark import SparkSettings, spark_session
 from sparql_ext.window_state import BatchSummary, Step, advance, assignable
 from sparql_ext.windowing import WindowSpec
@@ -150,7 +151,7 @@ class WindowPipeline:
             if query is None:
                 return
             try:
-                if not query.awaitTermination(0.5):
+                if not query.awaitTermination(0.5):  # type: ignore[arg-type]  # seconds (pyspark's stub says int)
                     continue
             except Exception as error:  # StreamingQueryException: a batch raised
                 log.warning("window pipeline query failed: %s", str(error).splitlines()[0] if str(error) else error)
@@ -293,9 +294,9 @@ class WindowPipeline:
         state = stream.windows.state
         if state.batch >= batch_id:  # replay of a batch this stream already committed
             return None
-        if summary.max_ordinal is not None and not stream.wait_for(
-                lambda: stream.head() >= summary.max_ordinal, _INDEX_CATCH_UP_SECONDS):
-            raise RuntimeError(f"the index of stream {name} stays behind its log (head {stream.head()}, "
+        needed = summary.max_ordinal
+        if needed is not None and not stream.wait_for(lambda: stream.head() >= needed, _INDEX_CATCH_UP_SECONDS):
+            raise PipelineError(f"the index of stream {name} stays behind its log (head {stream.head()}, "
                                f"log has element {summary.max_ordinal})")
         step = advance(state, summary, stream.windows.sequences(), stream, assigned=assigned,
                        lateness=stream.config.lateness, retention=stream.config.retention)

@@ -26,8 +26,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from store.log_records import ElementRecord, PunctuationRecord, RegistrationRecord, decode
@@ -104,6 +104,7 @@ def complete_end(path: Path, start: int, size: int | None = None) -> int:
 
 def _parse(stream: str, position: int, line: bytes, cols: dict[str, list[Any]]) -> None:
     record = decode(line)
+    row: tuple[str, int | None, int | None, str | None, None, str | None]
     if isinstance(record, ElementRecord):
         row = ("element", record.ordinal, record.time, record.graph, None, None)
     elif isinstance(record, PunctuationRecord):

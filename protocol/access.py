@@ -112,4 +112,4 @@ def _stream_token(path: str) -> str | None:
     if len(parts) != 2 or parts[0] != "streams":
         return None
     stream = services().streams.find(parts[1])
-    return None if stream is None else stream.config.write_token_sha256  # type: ignore[no-any-return]
+    return None if stream is None else stream.config.write_token_sha256

@@ -269,7 +269,7 @@ def continuous_response(stream: Stream, windows: str, query: str | None) -> Resp
     packaging, media_type = choose(kind, request.headers.get("Accept"), request.args.get("packaging"),
                                    request.args.get("format"))
     spec = parse_report(request.args.get("report"), request.args.get("operator"))
-    resumed = requested_start(request.args, request.headers, packaging)
+    resumed = requested_start(request.args, request.headers.get("Last-Event-ID"), packaging)
     sequence = subscribed_sequence(stream, ref, request.args.get("sequence"), resumed is not None)
     packager = Packager(packaging, media_type)
     produce = producer(stream, query, evaluator, request.base_url, spec, media_type,

@@ -17,7 +17,7 @@ from protocol.negotiation import DATASET_FORMATS, GRAPH_FORMATS, RESULTS_FORMATS
 
 PACKAGINGS = ("chunked", "lines", "multipart", "event-stream")
 
-OFFERED = {"quads": DATASET_FORMATS, "triples": GRAPH_FORMATS, "solutions": RESULTS_FORMATS,
+OFFERED: dict[str, dict[str, Any]] = {"quads": DATASET_FORMATS, "triples": GRAPH_FORMATS, "solutions": RESULTS_FORMATS,
            "boolean": RESULTS_FORMATS}
 LINE_DEFAULT = {"quads": "application/n-quads", "triples": "application/n-triples"}
 
@@ -31,7 +31,7 @@ def choose(kind: str, accept: str | None, packaging: str | None, format_: str | 
             wanted or "", "chunked") if explicit else "chunked"
     if packaging not in PACKAGINGS:
         raise BadRequest(f"packaging={packaging!r}: use one of {', '.join(PACKAGINGS)}")
-    offered = list(OFFERED[kind])
+    offered = list(OFFERED[kind].keys())
     if packaging == "lines":
         if kind not in LINE_DEFAULT:
             raise BadRequest("packaging=lines is a continuous N-Quads / N-Triples stream: it needs the window "
@@ -103,9 +103,9 @@ class Packager:
 
 def serialize_items(kind: str, items: list[Any], variables: tuple[str, ...], media_type: str) -> bytes:
     if kind == "quads":
-        return serialize(items, format=DATASET_FORMATS[media_type])  # type: ignore[no-any-return]
+        return _bytes(serialize(items, format=DATASET_FORMATS[media_type]))
     if kind == "triples":
-        return serialize(items, format=GRAPH_FORMATS[media_type])  # type: ignore[no-any-return]
+        return _bytes(serialize(items, format=GRAPH_FORMATS[media_type]))
     if kind == "boolean":
         solutions: Any = Store().query("ASK {}" if items and items[0] else "ASK { FILTER(false) }")
     else:
@@ -113,3 +113,8 @@ def serialize_items(kind: str, items: list[Any], variables: tuple[str, ...], med
                                         [{n: t for n, t in zip(variables, row, strict=True) if t is not None}
                                          for row in items])
     return solutions.serialize(format=RESULTS_FORMATS[media_type])  # type: ignore[no-any-return]
+
+
+def _bytes(serialized: bytes | None) -> bytes:
+    assert serialized is not None  # serialize() without an output returns the bytes
+    return serialized

@@ -47,9 +47,10 @@ class Start:
     parameter: str  # how the client asked for it, for error messages
 
 
-def requested_start(args: Mapping[str, str], headers: Mapping[str, str], packaging: str) -> Start | None:
-    """The resume point a request asks for, or None (a new response)."""
-    last_event = headers.get("Last-Event-ID", "").strip() if packaging == "event-stream" else ""
+def requested_start(args: Mapping[str, str], last_event_id: str | None, packaging: str) -> Start | None:
+    """The resume point a request asks for (``last_event_id``: its ``Last-Event-ID`` header), or None (a new
+    response)."""
+    last_event = (last_event_id or "").strip() if packaging == "event-stream" else ""
     if last_event:
         return Start(_index(last_event, "Last-Event-ID") + 1, True, f"Last-Event-ID: {last_event}")
     after, start = args.get("after"), args.get("from")

@@ -11,12 +11,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import requests
 from flask import Flask, current_app
 
-from engine.evaluation import ExtendedEvaluator
+from engine.evaluation import ExtendedEvaluator, HttpSession
 from protocol.window_results import SharedResults
 from rules.registry import RuleRegistry
 from store import RevisionedDataset
@@ -101,7 +101,8 @@ class Services:
         dataset = RevisionedDataset(config.data_dir, in_memory=config.in_memory, retention=config.retention)
         streams = StreamCatalog(config.data_dir / "streams", in_memory=config.in_memory)
         allow = None if config.service_allow is None else frozenset(config.service_allow)
-        evaluator = ExtendedEvaluator(dataset, streams, [], requests.Session(), allow_hosts=allow)
+        http = cast(HttpSession, requests.Session())  # what the evaluator uses of it (engine imports no HTTP library)
+        evaluator = ExtendedEvaluator(dataset, streams, [], http, allow_hosts=allow)
         return cls(dataset, streams, evaluator, RuleRegistry(config.data_dir / "rules", evaluator))
 
     def close(self) -> None:

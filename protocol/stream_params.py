@@ -36,7 +36,7 @@ def duration_micros(text: str, parameter: str) -> int:
         raise BadRequest(f"{parameter}={text!r} is not an xsd:duration such as PT30S or PT5M") from None
     if isinstance(value, isodate.Duration):
         raise BadRequest(f"{parameter}={text!r}: years and months are not fixed lengths; use days or less")
-    micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    micros: int = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
     if micros < 0:
         raise BadRequest(f"{parameter}={text!r} is negative")
     return micros

@@ -162,6 +162,7 @@ class RuleRunner:
         started = time.monotonic()
         with self._lock:
             try:
+                result: Any
                 if evaluated is not None:
                     result = evaluated.construction()
                 else:
@@ -239,7 +240,7 @@ def _output_time(value: Literal, where: str) -> tuple[int, Literal | None]:
 def _elements(result: object, window_end: int) -> list[ParsedElement]:
     if isinstance(result, ConstructedQuads):
         stamp = NamedNode(PROV_GENERATED_AT_TIME)
-        times: dict[object, int] = {}
+        times: dict[object, tuple[int, Literal | None]] = {}
         graphs: dict[object, list[Quad]] = {}
         for quad in result:
             if isinstance(quad.graph_name, DefaultGraph):
@@ -248,7 +249,7 @@ def _elements(result: object, window_end: int) -> list[ParsedElement]:
                 continue
             graphs.setdefault(quad.graph_name, []).append(quad)
         return [ParsedElement(graph, quads, *times.get(graph, (window_end, None)))  # type: ignore[arg-type]
-                for graph, quads in graphs.items()]
+                for graph, quads in graphs.items()]  # (graphs of a quad template are IRIs or blank nodes)
     if isinstance(result, ConstructedTriples):
         if not result:
             return []

@@ -41,7 +41,7 @@ from sparql_ext.windowref import parse_window_ref
 from store.durable import now_micros, write_json
 from store.errors import StoreError
 from store.stream_config import StreamConfig
-from store.streams import check_stream_name
+from store.streams import StreamCatalog, check_stream_name
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,8 @@ def discover(analysis: RuleAnalysis, base: str, evaluator: ExtendedEvaluator) ->
             value = row.get(variable[1:])
             if isinstance(value, NamedNode):
                 windowed = evaluator.windowed_input(value.value)
-                if windowed is not None and evaluator.catalog.find(windowed[0]) is not None:
+                catalog = evaluator.catalog
+                if windowed is not None and catalog is not None and catalog.find(windowed[0]) is not None:
                     found[windowed] = None
     return sorted(found)
 
@@ -215,7 +216,8 @@ class RuleRegistry:
     def __init__(self, directory: Path, evaluator: ExtendedEvaluator) -> None:
         self.directory = directory
         self.evaluator = evaluator
-        self.catalog = evaluator.catalog
+        assert evaluator.catalog is not None, "rules read streams: the evaluator needs the stream catalog"
+        self.catalog: StreamCatalog = evaluator.catalog
         self._lock = threading.RLock()
         self._rules: dict[str, Rule] = {}
         self._status_saved: dict[str, float] = {}  # monotonic time of each rule's last save

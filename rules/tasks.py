@@ -119,7 +119,7 @@ def window_data(text: str, base: str, evaluator: ExtendedEvaluator) -> dict[str,
             continue
         target = evaluator.local_target(part.target)
         assert target is not None and target.store is not None, part.target  # eligible: one of our streams
-        copied[part.target] = WindowData(target.store.dump(format=RdfFormat.N_QUADS), target.then_time)
+        copied[part.target] = WindowData(target.store.dump(format=RdfFormat.N_QUADS) or b"", target.then_time)
     return copied
 
 
@@ -132,7 +132,7 @@ def static_data(evaluator: ExtendedEvaluator) -> StaticData | None:
     with dataset.reading(head) as store:
         if len(store) > STATIC_QUADS_LIMIT:
             return None
-        return StaticData(head, committed, store.dump(format=RdfFormat.N_QUADS))
+        return StaticData(head, committed, store.dump(format=RdfFormat.N_QUADS) or b"")
 
 
 class ExecutorPool:
@@ -161,7 +161,9 @@ class ExecutorPool:
         """Evaluate ``tasks`` in executors (one Spark job, as many slices as the cluster has cores)."""
         context = self._spark().sparkContext
         slices = max(1, min(len(tasks), context.defaultParallelism))
-        return context.parallelize(tasks, slices).map(lambda task: evaluate(task, static.value)).collect()
+        results: list[TaskResult] = context.parallelize(tasks, slices).map(
+            lambda task: evaluate(task, static.value)).collect()
+        return results
 
 
 # -- the executor side -------------------------------------------------------------------------------------------

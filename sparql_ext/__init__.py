@@ -38,7 +38,6 @@ from sparql_ext.extended import (
     THEN_FUNCTION,
     ExtendedQuery,
     ExtensionPart,
-    QuadTemplate,
     parse_extended,
 )
 from sparql_ext.reporting import Reporter, ReportPolicy, ReportSpec, StreamOperator, parse_report
@@ -51,6 +50,7 @@ from sparql_ext.revision import (
     parse_instant,
     parse_revision,
 )
+from sparql_ext.templates import QuadTemplate
 from sparql_ext.update import DEFAULT_GRAPH, Operation, split_update
 from sparql_ext.windowing import (
     Element,

@@ -183,7 +183,7 @@ class Evaluation:
 
     def _seq(self, node: Seq, lo: int, hi: int, ctx: Bindings, mode: Mode) -> list[EventMapping]:
         """Eq. (7); semi-naive when only new matches are wanted."""
-        halves = [(Mode.NEW, Mode.ALL, lo)] if mode is Mode.NEW else [(mode, mode, lo)]
+        halves: list[tuple[Mode, Mode, int]] = [(Mode.NEW, Mode.ALL, lo)] if mode is Mode.NEW else [(mode, mode, lo)]
         if mode is Mode.NEW and (earliest := self._earliest_new(node.left)) is not None:
             halves.append((Mode.OLD, Mode.NEW, max(lo, earliest + 1)))  # E2 starts after E1's new event
         out = []

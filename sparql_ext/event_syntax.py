@@ -249,10 +249,10 @@ class _Parser:
             raise self.fail("EVENT needs a stream IRI or WINDOWS, and a group pattern: EVENT <stream?WINDOWS=…> { P }",
                             i if k == i + 1 else k)
         close = self.pairs[k]
-        for inner in range(k + 1, close):
-            if tokens[inner].is_keyword("MATCH", "EVENT"):
-                raise self.fail(f"{tokens[inner].text.upper()} cannot be inside an EVENT's pattern "
-                                "(it is matched against one element)", inner)
+        for position in range(k + 1, close):
+            if tokens[position].is_keyword("MATCH", "EVENT"):
+                raise self.fail(f"{tokens[position].text.upper()} cannot be inside an EVENT's pattern "
+                                "(it is matched against one element)", position)
         group_start = tokens[k].start
         variables = tuple(dict.fromkeys(tok.text[1:] for tok in tokens[k:close] if tok.kind is Kind.VAR))
         event = Event(len(self.events), EventWindow(stream, tuple(refs)), self.text[group_start : tokens[close].end],

@@ -220,8 +220,8 @@ class Reporter:
         source = previous if self.spec.operator is StreamOperator.DSTREAM else items
         return [item for item in source if item in emitted]
 
-    def on_window(self, end: int, content: Iterable[Hashable],  # type: ignore[type-arg]
-                  elements: int | None = None) -> frozenset | None:
+    def on_window(self, end: int, content: Iterable[Hashable],
+                  elements: int | None = None) -> frozenset[Hashable] | None:
         """What to emit for the window ending at ``end`` (µs), or None when it is not reported. ``elements``:
         how many stream elements the window holds (``non-empty-content``; None = not known, the condition
         holds)."""

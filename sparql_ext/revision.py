@@ -90,7 +90,7 @@ stream times are kept to the microsecond (at most 6 fractional digits of a secon
     normalized = lexical[:match.start("fraction")] + fraction[:FRACTION_DIGITS_KEPT] + lexical[match.end("fraction"):] \
         if fraction else lexical
     try:
-        moment = isodate.parse_datetime(normalized)
+        moment: datetime = isodate.parse_datetime(normalized)
         offset = moment.utcoffset()
     except (ValueError, OverflowError, isodate.ISO8601Error) as error:
         raise InstantSyntaxError(f"{label} is not a valid dateTime: {error}") from None

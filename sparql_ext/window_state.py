@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
+from collections.abc import Sequence as Sequences
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -243,7 +244,7 @@ def runs_of(ordinals: Iterable[int]) -> Runs:
 
 # -- the step ------------------------------------------------------------------------------------------------------
 
-def advance(state: PipelineState, summary: BatchSummary, sequences: list[RegisteredSequence], index: StreamIndex,
+def advance(state: PipelineState, summary: BatchSummary, sequences: Sequences[RegisteredSequence], index: StreamIndex,
             *, assigned: Iterable[str], lateness: int = 0, retention: int | None = None) -> Step:
     """One batch of one stream (see the module doc). ``assigned``: the sequences the batch job assigned
     (``assignable`` before the job); ``sequences``: every sequence registered on the stream now. The given
@@ -282,7 +283,7 @@ def advance(state: PipelineState, summary: BatchSummary, sequences: list[Registe
     return Step(state, drafts, cut, skipped)
 
 
-def _live_specs(state: PipelineState, sequences: list[RegisteredSequence], index: StreamIndex
+def _live_specs(state: PipelineState, sequences: Sequences[RegisteredSequence], index: StreamIndex
                 ) -> dict[str, WindowSpec]:
     """Live sequences with their bound spec; a HEAD anchor read by now binds t0 (recorded in the state)."""
     specs: dict[str, WindowSpec] = {}
@@ -362,7 +363,7 @@ def _skip_target(spec: WindowSpec, k: int, opened: OpenRuns, state: PipelineStat
 
 # -- retention -----------------------------------------------------------------------------------------------------
 
-def expiry_cut(state: PipelineState, sequences: list[RegisteredSequence], index: StreamIndex, lateness: int,
+def expiry_cut(state: PipelineState, sequences: Sequences[RegisteredSequence], index: StreamIndex, lateness: int,
                retention: int | None) -> int | None:
     """Retention (elements older than every registered window and the retention expire): the first ordinal to
     keep, when elements below it may go — those older than the stream time minus ``retention`` that no open or
@@ -381,7 +382,7 @@ def expiry_cut(state: PipelineState, sequences: list[RegisteredSequence], index:
     return cut if cut > index.first_ordinal else None
 
 
-def _expiry_bound(state: PipelineState, sequences: list[RegisteredSequence], index: StreamIndex,
+def _expiry_bound(state: PipelineState, sequences: Sequences[RegisteredSequence], index: StreamIndex,
                   lateness: int) -> tuple[int, int] | None:
     """(ordinal, time): every element still needed by an open window or by the next window of a registered
     sequence (live or not yet read) has an ordinal ≥ the first and a time ≥ the second; ``None`` if nothing

@@ -118,7 +118,8 @@ def _parse(text: str) -> WindowRef:
     if not ref:
         raise WindowRefSyntaxError("WINDOWS='': a WindowRef is required (e.g. HEAD/-PT05M or R/HEAD/PT05M/PT01M)")
     parts = [part.strip() for part in ref.split("/")]
-    repeating, count = False, 1
+    repeating = False
+    count: int | None = 1
     if match := _REPEAT.fullmatch(parts[0]):
         repeating, count = True, int(match["count"]) if match["count"] is not None else None
         if count == 0:

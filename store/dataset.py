@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from pyoxigraph import BlankNode, DefaultGraph, NamedNode, Quad, RdfFormat, Store, parse, serialize
+from pyoxigraph import BlankNode, DefaultGraph, NamedNode, Quad, QuerySolutions, RdfFormat, Store, parse, serialize
 
 from sparql_ext import Operation, UnsupportedOperation, parse_revision, split_update
 from store.durable import fsync_file
@@ -63,6 +63,7 @@ class RevisionedDataset:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._store = Store() if in_memory else Store(str(self.directory / "store"))
+        self._closed = False
         self._history = History(self.directory / "history")
         self._staging_dir = self.directory / "staging"
         shutil.rmtree(self._staging_dir, ignore_errors=True)  # left by a crash: never applied
@@ -362,6 +363,7 @@ class RevisionedDataset:
                 )
             except (SyntaxError, ValueError) as error:
                 raise QueryFailed(f"update operation ({op.kind}) failed: {error}") from None
+            assert isinstance(solutions, QuerySolutions)  # op.where is a SELECT
             for solution in solutions:
                 for variable in op.graph_vars:
                     term = solution[variable]
@@ -422,11 +424,12 @@ class RevisionedDataset:
         """Flush and release the store (RocksDB's lock and files): its directory may be removed or reopened
         once this returns. The dataset is unusable afterwards."""
         with self._writer, self._lock.write():
-            if self._store is None:
+            if self._closed:
                 return
+            self._closed = True
             self._store.flush()
             self._cache.clear()
-            self._store = None  # type: ignore[assignment] - the last reference: pyoxigraph closes the store
+            self._store = None  # type: ignore[assignment]  # the last reference: pyoxigraph closes the store
 
 
 def _texts(graphs: Iterable[GraphName], *, named_only: bool = False) -> tuple[str, ...]:

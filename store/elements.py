@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, cast
 
 from pyoxigraph import BlankNode, DefaultGraph, Literal, NamedNode, Quad, RdfFormat, parse
 
@@ -90,7 +90,8 @@ class ElementFramer:
 
     def __iter__(self) -> Iterator[ParsedElement]:
         # Blank nodes keep their labels: they are shared across the elements of one stream.
-        parser = parse(input=self._reader, format=self._format, base_iri=self._base_iri, rename_blank_nodes=False)
+        parser = parse(input=cast(IO[bytes], self._reader), format=self._format, base_iri=self._base_iri,
+                       rename_blank_nodes=False)
         current: ParsedElement | None = None
         current_graph: object = None
         content: list[Quad] = []
@@ -162,7 +163,8 @@ def single_element(source: IO[bytes], rdf_format: RdfFormat, graph: ElementName,
     reader = _CountingReader(source)
     element = ParsedElement(graph, time=time)
     try:
-        for quad in parse(input=reader, format=rdf_format, base_iri=base_iri, rename_blank_nodes=False):
+        quads = parse(input=cast(IO[bytes], reader), format=rdf_format, base_iri=base_iri, rename_blank_nodes=False)
+        for quad in quads:
             element.quads.append(Quad(quad.subject, quad.predicate, quad.object, graph))
             if max_bytes is not None and reader.consumed > max_bytes:
                 break

@@ -39,12 +39,12 @@ class Revision:
     @classmethod
     def from_json(cls, data: dict[str, object]) -> Revision:
         return cls(
-            ordinal=int(data["ordinal"]),  # type: ignore[arg-type]
+            ordinal=int(str(data["ordinal"])),
             uuid=uuid.UUID(str(data["uuid"])),
             committed_at=datetime.fromisoformat(str(data["committed_at"])),
             operation=str(data["operation"]),
-            inserted=int(data["inserted"]),  # type: ignore[arg-type]
-            deleted=int(data["deleted"]),  # type: ignore[arg-type]
+            inserted=int(str(data["inserted"])),
+            deleted=int(str(data["deleted"])),
         )
 
 

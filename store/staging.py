@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from pyoxigraph import Quad, RdfFormat, parse, serialize
 
@@ -72,7 +72,7 @@ def stage_rdf(
 
     def quads() -> Iterator[Quad]:
         parser = parse(
-            input=reader if reader is not None else source,
+            input=cast(IO[bytes], reader) if reader is not None else source,
             format=rdf_format,
             base_iri=base_iri,
             without_named_graphs=to_graph is not None,

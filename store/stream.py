@@ -371,7 +371,7 @@ class Stream(StreamIndex):
             first = pending["from"]
             for graph in pending["graphs"]:
                 if graph not in self._graph_ordinals:
-                    self._store.remove_graph(graph_from_text(graph))  # type: ignore[arg-type]
+                    self._store.remove_graph(graph_from_text(graph))
             for ordinal in range(first, first + len(pending["graphs"]) + 1):
                 if ordinal > self.head():
                     self._store.remove_graph(timestamp_graph(ordinal))
@@ -397,7 +397,7 @@ class Stream(StreamIndex):
             while self._recent and next(iter(self._recent)) < first + count:
                 self._recent_quads -= len(self._recent.popitem(last=False)[1])
         for offset, graph in enumerate(dropped):
-            self._store.remove_graph(graph_from_text(graph))  # type: ignore[arg-type]
+            self._store.remove_graph(graph_from_text(graph))
             self._store.remove_graph(timestamp_graph(first + offset))
         return count
 
@@ -409,7 +409,7 @@ class Stream(StreamIndex):
             self._closed = True
             self._work.notify()
         self._committer.join(timeout=60)
-        self._store = None  # type: ignore[assignment] - the last reference: pyoxigraph closes the store
+        self._store = None  # type: ignore[assignment]  # the last reference: pyoxigraph closes the store
 
     def remove(self) -> None:
         self.close()

@@ -76,6 +76,7 @@ def test_serve_warns_once_about_an_empty_rules_folder(tmp_path: Path) -> None:
     assert len(warnings) == 1 and "no NAME.rq file" in warnings[0], log[-2000:]
 
 
+@pytest.mark.jvm
 def test_replay_warns_once_about_an_empty_rules_folder_and_writes_no_output(tmp_path: Path) -> None:
     rules = tmp_path / "rules"
     rules.mkdir()

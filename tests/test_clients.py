@@ -27,6 +27,8 @@ from conformance.clients import (
     solutions_from_json,
 )
 
+pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
+
 EX = "http://example.org/"
 XSD_INTEGER = "http://www.w3.org/2001/XMLSchema#integer"
 

@@ -22,7 +22,7 @@ import requests
 from conformance.csrbench import Benchmark, ServerRun, judge_ours, server_run
 from conformance.spark_cluster import StandaloneCluster, standalone_cluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.jvm, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -24,9 +24,12 @@ from types import ModuleType
 from typing import Any
 
 import isodate
+import pytest
 import requests
 
 from conformance.server import RunningServer, running_server
+
+pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "connected-patient"
 LR = "http://localhost/local-records#"

@@ -16,6 +16,8 @@ import requests
 
 from conformance.server import REPO_ROOT, RunningServer, running_server, stalled_connections
 
+pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
+
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
 XSD_DT = "http://www.w3.org/2001/XMLSchema#dateTime"
 TRIG = {"Content-Type": "application/trig"}

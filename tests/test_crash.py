@@ -12,9 +12,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 import requests
 
 from conformance.server import RunningServer, kill_tree, running_server
+
+pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
 
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
 XSD_DT = "http://www.w3.org/2001/XMLSchema#dateTime"

@@ -16,6 +16,8 @@ import requests
 from conformance.clients import solutions_from_json
 from conformance.server import REPO_ROOT, RunningServer, running_server
 
+pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
+
 DATA = REPO_ROOT / "conformance" / "suites" / "csrbench" / "data"
 EXPECTED = json.loads((REPO_ROOT / "conformance" / "csrbench_expected.json").read_text())
 END_OF_STREAM = "1970-01-01T00:00:40Z"  # punctuation: closes q1's last window [30 s, 40 s)

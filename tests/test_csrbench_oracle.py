@@ -27,6 +27,8 @@ from conformance.csrbench import (
     table,
 )
 
+pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
+
 
 @pytest.fixture(scope="module")
 def bench() -> Benchmark:

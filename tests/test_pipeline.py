@@ -31,6 +31,8 @@ from store.stream import Stream, StreamConfig  # noqa: E402
 from store.streams import StreamCatalog  # noqa: E402
 from store.windows import Sequence  # noqa: E402
 
+pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
+
 T0 = 1_466_416_800_000_000  # 2016-06-20T10:00:00Z
 S = 1_000_000
 M = 60 * S

@@ -20,6 +20,8 @@ from pyoxigraph import RdfFormat, Store
 
 import concentrator.replay as replay_module
 
+pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "connected-patient"
 UUID = "urn:uuid:6f1c5d1e-2b7a-4c1e-9a51-000000000"

@@ -194,6 +194,7 @@ def _trig(minute: str, value: int) -> str:
             f"<http://ex/e{minute}> {{ <http://ex/o{minute}> <http://ex/hr> {value} . }}\n")
 
 
+@pytest.mark.jvm
 def test_end_to_end_alert() -> None:
     # 127.0.0.1:9 is allowed so that the broken rule below registers and fails at run time (nothing listens there)
     with running_server(["--service-allow", "127.0.0.1:9"]) as server:

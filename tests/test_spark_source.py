@@ -30,6 +30,8 @@ from pipeline.element_source import (  # noqa: E402
 from pipeline.spark import SparkSettings, spark_session  # noqa: E402
 from sparql_ext.window_state import assign_ranges as assign_ranges_numpy  # noqa: E402
 
+pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
+
 T0 = 1_466_416_800_000_000  # 2016-06-20T10:00:00Z in µs
 S = 1_000_000
 M = 60 * S

@@ -341,6 +341,7 @@ def test_pyoxigraph_service_to_windowed_iri(engines_stream: str, windows: str) -
     assert _sorted(solutions) == _sorted(expected)
 
 
+@pytest.mark.jvm
 def test_jena_service_to_windowed_iri(engines_stream: str) -> None:
     reason = clients.skip_reason_jena()
     if reason:
@@ -354,6 +355,7 @@ def test_jena_service_to_windowed_iri(engines_stream: str) -> None:
         '"66"^^<http://www.w3.org/2001/XMLSchema#integer>', '"67"^^<http://www.w3.org/2001/XMLSchema#integer>']
 
 
+@pytest.mark.jvm
 def test_comunica_service_to_windowed_iri(engines_stream: str) -> None:
     reason = clients.skip_reason_comunica()
     if reason:

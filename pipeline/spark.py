@@ -99,7 +99,7 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
 
 
 #: What executors import: the element log reader and rule evaluation, and what those import.
-SHIPPED_PACKAGES = ("concentrator", "sparql_ext", "store")
+SHIPPED_PACKAGES = ("sparql_ext", "store", "engine", "rules", "pipeline")  # what executors import (rules.tasks)
 
 
 def ship_code(spark: SparkSession) -> Path:

@@ -34,7 +34,7 @@ class PunctuationRecord:
 @dataclass(frozen=True)
 class RegistrationRecord:
     sequence: str
-    head: int  # the last element ordinal before it: elements up to it are the sequence's history
+    head: int | None  # the last element ordinal before it: elements up to it are the sequence's history
     commit: int
 
 
@@ -67,11 +67,11 @@ def decode(line: bytes | str) -> LogRecord | None:
     try:
         data = json.loads(line)
         if "o" in data:
-            return ElementRecord(data["o"], data["t"], data["g"], data["c"], data.get("f"))
+            return ElementRecord(data["o"], data["t"], data["g"], data.get("c", 0), data.get("f"))
         if "p" in data:
-            return PunctuationRecord(data["p"], data["c"])
+            return PunctuationRecord(data["p"], data.get("c", 0))
         if "r" in data:
-            return RegistrationRecord(data["r"], data.get("h") or 0, data["c"])
+            return RegistrationRecord(data["r"], data.get("h"), data.get("c", 0))
     except (ValueError, KeyError, TypeError):
         return None
     return None

@@ -104,6 +104,33 @@ def stream_resource(name: str) -> Response:
     return _dataset_response(stream, _select_window(stream, params.windows))
 
 
+ELEMENTS_LIMIT = 10_000  # records per GET /streams/{name}/elements page
+
+
+@bp.route("/streams/<name>/elements", methods=["GET"])
+@reads("from", "to")
+def element_records(name: str) -> Response:
+    """The revision records of the stream's retained elements ``from``..``to`` (ordinals, default: the oldest
+    retained onwards), at most ``ELEMENTS_LIMIT`` per page: ordinal, timestamp, graph, revision id, commit time."""
+    stream = _catalog().get(name)
+    first = _ordinal_parameter("from", stream.first_ordinal)
+    last = min(_ordinal_parameter("to", stream.head()), first + ELEMENTS_LIMIT - 1)
+    records = [stream.record(o) for o in range(max(first, stream.first_ordinal), last + 1)]
+    return jsonify({"elements": [{
+        "ordinal": r.ordinal, "time": format_micros(r.time), "graph": r.graph,
+        "revision_id": str(stream.uuid_of(r.ordinal)), "committed": format_micros(r.commit), "committed_us": r.commit,
+    } for r in records if r is not None], "first_ordinal": stream.first_ordinal, "head": stream.head()})
+
+
+def _ordinal_parameter(name: str, default: int) -> int:
+    text = request.args.get(name)
+    if text is None:
+        return default
+    if not text.isdigit():
+        raise BadRequest(f"{name}={text!r} is not an element ordinal (an integer ≥ 0)")
+    return int(text)
+
+
 @bp.route("/streams/<name>/windows", methods=["GET"])
 @reads("ref")
 def window_revisions(name: str) -> Response:

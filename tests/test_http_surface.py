@@ -153,3 +153,17 @@ def test_query_responses_over_a_window_carry_window_elements(hr: FlaskClient, re
     assert r.status_code == 200, r.text
     assert r.text.split() == ["avg", average]
     assert r.headers["Window-Elements"] == str(count)
+
+
+def test_element_records_page_through_the_index(hr: FlaskClient) -> None:
+    # the fixture's three elements: e0 at 10:00, e2 at 10:02, e4 at 10:04 (ordinals 1, 2, 3)
+    records = hr.get("/streams/hr/elements").get_json()
+    assert (records["first_ordinal"], records["head"]) == (1, 3)
+    assert [(r["ordinal"], r["time"], r["graph"]) for r in records["elements"]] == [
+        (1, "2016-06-20T10:00:00Z", "<http://ex/e0>"), (2, "2016-06-20T10:02:00Z", "<http://ex/e2>"),
+        (3, "2016-06-20T10:04:00Z", "<http://ex/e4>")]
+    assert records["elements"][2]["revision_id"] == hr.get("/streams/hr").get_json()["head"]["revision_id"]
+    assert all(r["committed_us"] > 0 for r in records["elements"])
+    page = hr.get("/streams/hr/elements?from=2&to=2").get_json()["elements"]
+    assert [r["ordinal"] for r in page] == [2]
+    assert hr.get("/streams/hr/elements?from=two").status_code == 400

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from pyoxigraph import RdfFormat, serialize
 
 from store.durable import now_micros
-from store.elements import ElementFramer, ParsedElement
+from store.elements import ParsedElement
+from store.framing import ElementFramer
 
 if TYPE_CHECKING:
     from rules.tasks import Placement

@@ -1,15 +1,17 @@
 """``element_log``: a PySpark streaming data source over the server's per-stream element logs.
 
-The store appends one JSON line per record to ``<root>/<stream>/log.jsonl`` and fsyncs it; a line counts
-only once its ``\\n`` is on disk. Spark's offset for this source is ``{stream: byte offset just past the
-last complete line}``, so a micro-batch is a set of byte ranges, which makes replay after a restart exact:
+The store appends one JSON line per record to the segments of ``<root>/<stream>/log/`` (``store.element_log``) and
+fsyncs them; a line counts only once its ``\\n`` is on disk. Spark's offset for this source is ``{stream: log
+position just past the last complete line}`` (a position is a segment's base plus an offset in it: positions only
+grow), so a micro-batch is a set of position ranges, which makes replay after a restart exact:
 Spark checkpoints the offsets of a batch before running it and re-runs the same ranges if it did not
 commit. Why a file and not a socket: the reader runs in separate Python processes (the planner process
 for offsets, executor workers for ``read``), so it cannot share memory with the server anyway, and the
 log is already the durable source of truth.
 
 The records are ``store.log_records``'s (the store writes them with the same module): a registration's row carries
-in its ``ordinal`` column the last element ordinal before it.
+in its ``ordinal`` column the last element ordinal before it; an element's row carries where its content is
+(``segment``, ``offset``, ``length``: ``store.element_log.Location``).
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
+from store.element_log import segment_bases, segment_name
 from store.log_records import ElementRecord, PunctuationRecord, RegistrationRecord, decode
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "element_log"
-LOG_FILE = "log.jsonl"
+LOG_DIRECTORY = "log"
 
 SCHEMA = StructType(
     [
@@ -48,6 +51,9 @@ SCHEMA = StructType(
         StructField("sequence", StringType()),
         StructField("commit", LongType()),
         StructField("position", LongType()),
+        StructField("segment", LongType()),
+        StructField("offset", LongType()),
+        StructField("length", LongType()),
     ]
 )
 #: What Spark checks returned record batches against, field for field (types, time zone, nullability).
@@ -64,7 +70,7 @@ Offsets = dict[str, int]
 
 
 def list_streams(root: Path) -> dict[str, Path]:
-    """Stream name → log path, for every stream directory that has a log (sorted by name)."""
+    """Stream name → log directory, for every stream directory that has a log (sorted by name)."""
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except FileNotFoundError:
@@ -73,14 +79,33 @@ def list_streams(root: Path) -> dict[str, Path]:
     for entry in entries:
         if entry.name.startswith(".") or not entry.is_dir():
             continue
-        path = Path(entry.path) / LOG_FILE
-        if path.is_file():
+        path = Path(entry.path) / LOG_DIRECTORY
+        if path.is_dir():
             found[entry.name] = path
     return found
 
 
+def log_end(directory: Path, start: int) -> int:
+    """The position just past the log's last complete line, reading from ``start`` (0 again when the log is shorter
+    than ``start``: deleted and created again under the same name)."""
+    bases = segment_bases(directory)
+    if not bases:
+        return 0
+    last = bases[-1]
+    path = directory / (segment_name(last) + ".jsonl")
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return start
+    if last + size < start:
+        start = 0
+    if last + size == start:
+        return start  # nothing new (the common case of an idle poll): no read at all
+    return last + complete_end(path, max(0, start - last), size)
+
+
 def complete_end(path: Path, start: int, size: int | None = None) -> int:
-    """Byte offset just past the last ``\\n`` in ``[start, size)``; ``start`` when there is none.
+    """Byte offset just past the last ``\\n`` in ``[start, size)`` of a file; ``start`` when there is none.
 
     Scans backwards from the end, so the cost is the length of the incomplete tail, not of the log.
     """
@@ -102,11 +127,14 @@ def complete_end(path: Path, start: int, size: int | None = None) -> int:
     return start
 
 
-def _parse(stream: str, position: int, line: bytes, cols: dict[str, list[Any]]) -> None:
+def _parse(stream: str, segment: int, position: int, line: bytes, cols: dict[str, list[Any]]) -> None:
     record = decode(line)
     row: tuple[str, int | None, int | None, str | None, None, str | None]
+    content: tuple[int | None, int | None, int | None] = (None, None, None)
     if isinstance(record, ElementRecord):
         row = ("element", record.ordinal, record.time, record.graph, None, None)
+        if record.content is not None:
+            content = (segment, *record.content)
     elif isinstance(record, PunctuationRecord):
         row = ("punctuation", None, record.time, None, None, None)
     elif isinstance(record, RegistrationRecord):
@@ -118,6 +146,8 @@ def _parse(stream: str, position: int, line: bytes, cols: dict[str, list[Any]]) 
         cols[name].append(value)
     cols["commit"].append(record.commit)
     cols["position"].append(position)
+    for name, value in zip(("segment", "offset", "length"), content, strict=True):
+        cols[name].append(value)
 
 
 def _batch(stream: str, cols: dict[str, list[Any]]) -> pa.RecordBatch:
@@ -128,10 +158,28 @@ def _batch(stream: str, cols: dict[str, list[Any]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
-def read_range(stream: str, path: Path, start: int, end: int) -> Iterator[pa.RecordBatch]:
-    """Record batches for the complete lines in ``[start, end)`` (nothing if the log is gone)."""
+def read_range(stream: str, directory: Path, start: int, end: int) -> Iterator[pa.RecordBatch]:
+    """Record batches for the complete lines at positions ``[start, end)`` of a stream's log (nothing of segments
+    that retention deleted, or of a log that is gone)."""
     names = ARROW_SCHEMA.names[1:]
     cols: dict[str, list[Any]] = {name: [] for name in names}
+    bases = segment_bases(directory)
+    for i, base in enumerate(bases):
+        limit = bases[i + 1] if i + 1 < len(bases) else end
+        if limit <= start or base >= end:
+            continue
+        path = directory / (segment_name(base) + ".jsonl")
+        for position, line in _lines(path, max(start, base) - base, min(end, limit) - base):
+            _parse(stream, base, base + position, line, cols)
+            if len(cols["position"]) >= _BATCH_ROWS:
+                yield _batch(stream, cols)
+                cols = {name: [] for name in names}
+    if cols["position"]:
+        yield _batch(stream, cols)
+
+
+def _lines(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, line) of the complete non-blank lines of a file in ``[start, end)``."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:
@@ -151,13 +199,8 @@ def read_range(stream: str, path: Path, start: int, end: int) -> Iterator[pa.Rec
             offset = 0
             for line in data[:cut].split(b"\n")[:-1]:
                 if line.strip():
-                    _parse(stream, base + offset, line, cols)
+                    yield base + offset, line
                 offset += len(line) + 1
-                if len(cols["position"]) >= _BATCH_ROWS:
-                    yield _batch(stream, cols)
-                    cols = {name: [] for name in names}
-    if cols["position"]:
-        yield _batch(stream, cols)
 
 
 # ----------------------------------------------------------------------------------------------- the source
@@ -202,18 +245,7 @@ class ElementLogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return True
 
     def _current(self, start: Offsets) -> Offsets:
-        ends: Offsets = {}
-        for name, path in list_streams(self.root).items():
-            begin = start.get(name, 0)
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                continue
-            if size < begin:
-                begin = 0
-            # Nothing new (the common case of an idle poll): no read at all.
-            ends[name] = begin if size == begin else complete_end(path, begin, size)
-        return ends
+        return {name: log_end(directory, start.get(name, 0)) for name, directory in list_streams(self.root).items()}
 
     def initialOffset(self) -> Offsets:  # noqa: N802 (Spark's name)
         """All zeros (replay every log), or the current ends with ``startingOffsets=latest``."""
@@ -249,7 +281,7 @@ class ElementLogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if stop < begin:  # re-created log (see class doc)
                 begin = 0
             if stop > begin:
-                slices.append(LogSlice(name, str(self.root / name / LOG_FILE), begin, stop))
+                slices.append(LogSlice(name, str(self.root / name / LOG_DIRECTORY), begin, stop))
         return slices
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

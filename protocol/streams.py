@@ -33,8 +33,9 @@ from sparql_ext.errors import ConcentratorError
 from sparql_ext.windowing import format_micros, to_micros
 from sparql_ext.windowref import parse_window_ref
 from store.durable import now_micros
-from store.elements import ElementFramer, single_element
+from store.elements import single_element
 from store.errors import RevisionNotFound, StreamNotFound
+from store.framing import ElementFramer
 from store.stream import Stream
 from store.stream_config import StreamConfig
 from store.streams import StreamCatalog

@@ -90,10 +90,16 @@ stream times are kept to the microsecond (at most 6 fractional digits of a secon
     normalized = lexical[:match.start("fraction")] + fraction[:FRACTION_DIGITS_KEPT] + lexical[match.end("fraction"):] \
         if fraction else lexical
     try:
-        moment: datetime = isodate.parse_datetime(normalized)
-        offset = moment.utcoffset()
-    except (ValueError, OverflowError, isodate.ISO8601Error) as error:
-        raise InstantSyntaxError(f"{label} is not a valid dateTime: {error}") from None
+        # the standard library's C parser reads the common forms (a timestamp per element is on the upload path);
+        # isodate the rest (and says what is wrong)
+        moment: datetime = datetime.fromisoformat(normalized)
+    except ValueError:
+        try:
+            moment = isodate.parse_datetime(normalized)
+            moment.utcoffset()  # isodate's offsets are checked lazily (±24:00 raises here)
+        except (ValueError, OverflowError, isodate.ISO8601Error) as error:
+            raise InstantSyntaxError(f"{label} is not a valid dateTime: {error}") from None
+    offset = moment.utcoffset()
     if offset is None or abs(offset) > MAX_OFFSET:
         raise InstantSyntaxError(f"{label}: the timezone offset must be between -14:00 and +14:00 (xsd:dateTime)")
     return moment + timedelta(microseconds=1) if beyond else moment

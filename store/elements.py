@@ -37,10 +37,14 @@ class ParsedElement:
     stamp: Literal | None = None  # the timestamp literal exactly as it came (None: written from ``time``)
     offset: int = 0  # bytes of the body read when the element began (the parser reads ahead)
     origin: str | None = None  # what made it, when a rule did ("rule/sequence/window/position"): exactly-once
+    # Framed uploads (store.framing) carry their content as canonical TriG instead of ``quads``: the graph block
+    # ``<g> { … }`` and the timestamp triple's line as it came (None: written from ``time``).
+    block: bytes | None = None
+    stamp_line: bytes | None = None
 
     @property
     def is_punctuation(self) -> bool:
-        return not self.quads and self.time is not None
+        return not self.quads and not self.block and self.time is not None
 
 
 def parse_timestamp(lexical: str, where: str) -> int:
@@ -68,25 +72,30 @@ class _CountingReader:
         return True
 
 
-class ElementFramer:
-    """Groups the quads of a TriG / N-Quads body into elements, lazily, as bytes arrive.
+class QuadFramer:
+    """Groups the quads of a TriG / N-Quads body into elements, one Python quad per statement: the precise path
+    of ``store.framing.ElementFramer`` (which it hands what its fast path does not frame), and the framer of
+    records replayed from files.
 
-    ``first_ordinal`` only labels elements in error messages ("element 7"); the stream assigns
-    the real ordinals when it accepts them.
+    ``first_ordinal`` only labels elements in error messages ("element 7"); the stream assigns the real
+    ordinals when it accepts them. ``seen``: the graph names (N-Triples form, as bytes) of the body's elements
+    framed already; ``byte_offset``: where ``source`` starts in the body (for error positions).
     """
 
     def __init__(self, source: IO[bytes], rdf_format: RdfFormat, timestamp_predicate: str,
-                 *, base_iri: str | None = None, first_ordinal: int = 1) -> None:
+                 *, base_iri: str | None = None, first_ordinal: int = 1, seen: set[bytes] | None = None,
+                 byte_offset: int = 0) -> None:
         self._reader = _CountingReader(source)
         self._format = rdf_format
         self._predicate = NamedNode(timestamp_predicate)
         self._base_iri = base_iri
         self.next_label = first_ordinal
-        self._seen: set[ElementName] = set()
+        self._seen = seen if seen is not None else set()
+        self._byte_offset = byte_offset
 
     @property
     def bytes_read(self) -> int:
-        return self._reader.consumed
+        return self._byte_offset + self._reader.consumed
 
     def __iter__(self) -> Iterator[ParsedElement]:
         # Blank nodes keep their labels: they are shared across the elements of one stream.
@@ -105,7 +114,7 @@ class ElementFramer:
                 if current is None or key != current.graph:
                     if current is not None:
                         yield self._finish(current)
-                    if key in self._seen:
+                    if str(key).encode() in self._seen:
                         raise ElementRejected(
                             f"element {self.next_label} near byte {self.bytes_read}: graph {key} appears again "
                             "after other elements (an element's quads and timestamp must be contiguous, and "
@@ -151,7 +160,7 @@ class ElementFramer:
         element.stamp = value
 
     def _finish(self, element: ParsedElement) -> ParsedElement:
-        self._seen.add(element.graph)
+        self._seen.add(str(element.graph).encode())
         if not element.is_punctuation:
             self.next_label += 1
         return element

@@ -2,8 +2,9 @@
 read back by its recovery and by the Spark source (``pipeline.element_source``). One JSON object per line, with
 short keys (the log is read on every batch):
 
-- element ``{"o": ordinal, "t": µs, "g": graph (N-Triples form), "c": commit µs[, "f": origin]}`` (``f``: the rule
-  firing that made it, for exactly-once outputs);
+- element ``{"o": ordinal, "t": µs, "g": graph (N-Triples form), "c": commit µs[, "f": origin], "d": offset,
+  "n": length}`` (``f``: the rule firing that made it, for exactly-once outputs; ``d``/``n``: where its content is
+  in the segment's ``.dat``, see ``store.element_log``);
 - punctuation ``{"p": µs, "c": commit µs}``: stream time has reached ``p``;
 - registration of a window sequence ``{"r": sequence id, "h": last element ordinal before it, "c": commit µs}``.
 """
@@ -23,6 +24,7 @@ class ElementRecord:
     graph: str  # N-Triples form: <iri> or _:label
     commit: int  # commit time, µs since the epoch
     origin: str | None = None  # the rule firing that made it ("rule/stream/sequence/window/position")
+    content: tuple[int, int] | None = None  # (offset, length) of its content in its segment's .dat
 
 
 @dataclass(frozen=True)
@@ -47,12 +49,15 @@ def encode(record: LogRecord) -> str:
     >>> encode(PunctuationRecord(5, 9))
     '{"p": 5, "c": 9}'
     """
-    if isinstance(record, ElementRecord):
-        data: dict[str, object] = {"o": record.ordinal, "t": record.time, "g": record.graph, "c": record.commit}
+    if isinstance(record, ElementRecord):  # written by hand: one per element on the upload path (json.dumps: 2×)
+        line = f'{{"o": {record.ordinal}, "t": {record.time}, "g": {json.dumps(record.graph)}, "c": {record.commit}'
         if record.origin is not None:
-            data["f"] = record.origin
-    elif isinstance(record, PunctuationRecord):
-        data = {"p": record.time, "c": record.commit}
+            line += f', "f": {json.dumps(record.origin)}'
+        if record.content is not None:
+            line += f', "d": {record.content[0]}, "n": {record.content[1]}'
+        return line + "}"
+    if isinstance(record, PunctuationRecord):
+        data: dict[str, object] = {"p": record.time, "c": record.commit}
     else:
         data = {"r": record.sequence, "h": record.head, "c": record.commit}
     return json.dumps(data)
@@ -61,13 +66,14 @@ def encode(record: LogRecord) -> str:
 def decode(line: bytes | str) -> LogRecord | None:
     """The record of a log line; ``None`` for a line that is not one (it is skipped, with a warning by the caller).
 
-    >>> decode(b'{"o": 1, "t": 2, "g": "<http://ex/g>", "c": 3}')
-    ElementRecord(ordinal=1, time=2, graph='<http://ex/g>', commit=3, origin=None)
+    >>> decode(b'{"o": 1, "t": 2, "g": "<http://ex/g>", "c": 3, "d": 0, "n": 80}')
+    ElementRecord(ordinal=1, time=2, graph='<http://ex/g>', commit=3, origin=None, content=(0, 80))
     """
     try:
         data = json.loads(line)
         if "o" in data:
-            return ElementRecord(data["o"], data["t"], data["g"], data.get("c", 0), data.get("f"))
+            content = (data["d"], data["n"]) if "d" in data else None
+            return ElementRecord(data["o"], data["t"], data["g"], data.get("c", 0), data.get("f"), content)
         if "p" in data:
             return PunctuationRecord(data["p"], data.get("c", 0))
         if "r" in data:

@@ -1,25 +1,23 @@
-"""One stream: its elements in an on-disk pyoxigraph store, its element log, and group commit.
+"""One stream: its element log (the elements and their content), its index, and group commit (issue 14).
 
 Layout under ``<data>/streams/<name>/``::
 
     config.json      the stream's configuration (timestamp predicate, lateness, retention, aliases)
-    store/           pyoxigraph: element graphs as named graphs; each element's timestamp triple
-                     in a graph of its own (``urn:x-concentrator:timestamp:<ordinal>``), so that a
-                     window's default graph can be exactly its elements' timestamp triples
-    log.jsonl        one line per committed element or punctuation: the commit record, the
-                     timestamp index, and what the Spark pipeline reads
-    pending.json     graph names a batch is writing before its log lines are durable
+    log/             the element log (``store.element_log``): segments of records and element contents (each
+                     element's timestamp triple and graph block, canonical TriG); the source of truth, read by
+                     the index at start-up, by window datasets, and by the Spark pipeline
+    expired.json     the retention cut: elements below it are gone
+    windows/         registered window sequences, window revisions, the pipeline's state (``store.windows``)
 
-Each element is one transaction (one revision, ordinal = element number). Elements are committed
-in groups: a committer thread takes every element waiting, writes them to the store, then appends
-and fsyncs their log lines; an element is visible once its line is durable. A crash in between
-leaves graphs that ``pending.json`` names and the log does not: they are removed at start-up.
+Each element is one transaction (one revision, ordinal = element number). Elements are committed in groups: a
+committer thread takes every element accepted meanwhile and appends their records and contents to the log in one
+write and fsync (``ElementLog.append``); an element is visible once its record is durable, and never before. A
+window's dataset is loaded from its elements' contents (one pyoxigraph load of their canonical TriG).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import threading
@@ -29,60 +27,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad, RdfFormat, Store, serialize
+from pyoxigraph import NamedNode, Quad, RdfFormat, Store, parse, serialize
 
 from sparql_ext.windowing import WindowSpec, format_micros
 from store.durable import now_micros, write_json
-from store.elements import ElementName, ParsedElement
+from store.element_log import ElementLog
+from store.elements import ParsedElement
 from store.errors import ElementOutOfOrder, ElementRejected, StorageFailure
-from store.log_records import ElementRecord, PunctuationRecord, RegistrationRecord, decode, encode
+from store.log_records import ElementRecord, LogRecord, PunctuationRecord, RegistrationRecord
 from store.stream_config import StreamConfig
 from store.stream_index import StreamIndex
-from store.terms import graph_from_text
 
 if TYPE_CHECKING:
     from store.windows import Sequence
 
-TIMESTAMP_GRAPH_PREFIX = "urn:x-concentrator:timestamp:"
 RESERVED_PREFIX = "urn:x-concentrator:"
-_XSD_DATETIME = NamedNode("http://www.w3.org/2001/XMLSchema#dateTime")
-_BULK_THRESHOLD = 2_000  # quads: below it a transactional extend is as fast as a bulk load
+_XSD_DATETIME = "http://www.w3.org/2001/XMLSchema#dateTime"
 _MAX_BATCH = 5_000  # elements per commit: bounds the latency of a batch during a flood
-WINDOW_STORES_KEPT = 8  # in-memory window copies per stream (window_store)
-RECENT_QUADS_KEPT = 20_000  # quads of the latest elements kept as objects per stream: windows are built from them
-# RocksDB (under pyoxigraph's on-disk Store) keeps every write in memtables and, with pyoxigraph's settings, did not
-# flush them on its own: a stream's store grew by ≈ 1.4 KB of resident memory per quad written, without bound
-# (bench/load's soak: +650 MB in 10 minutes, 20 streams at 10 elements/s). Flushing after this many quads written
-# by a transactional extend (bulk loads write table files directly) bounds it (≈ 3 MB of memtables per stream) at
-# one flush of ≈ 30 ms per 500 elements of 4 quads.
-MEMTABLE_FLUSH_QUADS = 2_000
-
-
-def timestamp_graph(ordinal: int) -> NamedNode:
-    return NamedNode(f"{TIMESTAMP_GRAPH_PREFIX}{ordinal}")
+WINDOW_STORES_KEPT = 8  # in-memory window datasets per stream (window_store)
 
 
 class Stream(StreamIndex):
     """A stream's elements and their index. Thread-safe: many uploaders, many readers."""
 
     def __init__(self, directory: Path, config: StreamConfig, *, in_memory: bool = False) -> None:
+        """``in_memory`` is accepted for the catalog's sake and changes nothing: the log is the stream."""
         self.directory = directory
         self.config = config
         directory.mkdir(parents=True, exist_ok=True)
-        self._store = Store() if in_memory else Store(str(directory / "store"))
-        self._on_disk = not in_memory
-        # quads extended into the on-disk store since its last flush; a random start puts streams that ingest at
-        # the same rate out of phase, so that their flushes do not all come at once
-        self._memtable_quads = random.randrange(MEMTABLE_FLUSH_QUADS)
-        self._log_path = directory / "log.jsonl"
-        self._pending_path = directory / "pending.json"
+        self._log = ElementLog(directory / "log")
         super().__init__(config.uuid_prefix, time_ordered=config.lateness > 0)
         self._window_lock = threading.Lock()
         self._window_stores: OrderedDict[tuple[int, ...], Store] = OrderedDict()  # see window_store
-        # the latest elements' quads (timestamp triple in the default graph), newest last: copying a live window
-        # from them costs 3 ms per 2,000 quads, from the on-disk store 15 ms (quads_for_pattern per graph)
-        self._recent: OrderedDict[int, list[Quad]] = OrderedDict()
-        self._recent_quads = 0
         # Accepting (validation + ordinal assignment) is serialized; committing is the committer's.
         self._accept_lock = threading.Lock()
         self._accepted_head = 0
@@ -125,31 +101,16 @@ class Stream(StreamIndex):
 
     # -- reading ------------------------------------------------------------------------------
 
-    @property
-    def store(self) -> Store:
-        """The element store. Read it only through graph lists of committed elements."""
-        return self._store
-
-    def dataset_graphs(self, ordinals: Iterable[int]) -> tuple[list[NamedNode], list[ElementName]]:
-        """The window dataset of these elements as a view for ``Store.query(default_graph=, named_graphs=)``:
-        its default graph is their timestamp graphs, its named graphs the elements. Queries use
-        ``window_store`` instead (this view costs O(N²) in pyoxigraph); bench/rules measures both."""
-        defaults: list[NamedNode] = []
-        named: list[ElementName] = []
-        for ordinal in ordinals:
-            i = ordinal - self.first_ordinal
-            if 0 <= i < len(self._graphs):
-                defaults.append(timestamp_graph(ordinal))
-                named.append(graph_from_text(self._graphs[i]))  # type: ignore[arg-type]
-        return defaults, named
+    def contents(self, ordinals: Iterable[int]) -> bytes:
+        """The canonical TriG of these retained elements: each one's timestamp triple, then its graph block. As a
+        document it is their window dataset, every literal and blank node label as it was uploaded."""
+        locations = [location for o in ordinals if (location := self.location(o)) is not None]
+        return self._log.read(locations)
 
     def window_store(self, ordinals: Iterable[int]) -> Store:
         """The window dataset of these elements as an in-memory store: their timestamp triples in its default
-        graph, the elements as its named graphs.
-
-        A copy, not the ``dataset_graphs`` view: pyoxigraph evaluates ``default_graph=`` with N graphs in
-        O(N²) (measured by bench/rules: 300 graphs 123 ms, against 6 ms to copy and 0.5 ms to query the copy).
-        Elements never change, so the latest copies are kept (a rule firing reads a window from several
+        graph, the elements as its named graphs; loaded from their contents in the log (one pyoxigraph load).
+        Elements never change, so the latest datasets are kept (a rule firing reads a window from several
         parts; successive queries of one window share it); retention expiry drops them."""
         key = tuple(ordinals)
         with self._window_lock:
@@ -157,12 +118,8 @@ class Stream(StreamIndex):
             if cached is not None:
                 self._window_stores.move_to_end(key)
                 return cached
-            recent = [self._recent.get(ordinal) for ordinal in key]
         store = Store()
-        if all(quads is not None for quads in recent):
-            store.extend(quad for quads in recent for quad in quads)  # type: ignore[union-attr]
-        else:
-            store.extend(self.dataset_quads(key))
+        store.load(self.contents(key), RdfFormat.TRIG, lenient=True)  # the log's content is pyoxigraph's own output
         with self._window_lock:
             self._window_stores[key] = store
             while len(self._window_stores) > WINDOW_STORES_KEPT:
@@ -170,15 +127,9 @@ class Stream(StreamIndex):
         return store
 
     def dataset_quads(self, ordinals: Iterable[int]) -> Iterator[Quad]:
-        """The window dataset as quads: timestamp triples in the default graph, then elements."""
-        ordinals = list(ordinals)
-        for ordinal in ordinals:
-            for quad in self._store.quads_for_pattern(None, None, None, timestamp_graph(ordinal)):
-                yield Quad(quad.subject, quad.predicate, quad.object, DefaultGraph())
-        for ordinal in ordinals:
-            i = ordinal - self.first_ordinal
-            if 0 <= i < len(self._graphs):
-                yield from self._store.quads_for_pattern(None, None, None, graph_from_text(self._graphs[i]))
+        """The window dataset as quads, blank node labels kept: timestamp triples in the default graph, elements as
+        named graphs."""
+        return iter(parse(self.contents(ordinals), RdfFormat.TRIG, rename_blank_nodes=False))
 
     # -- appending ----------------------------------------------------------------------------
 
@@ -290,126 +241,93 @@ class Stream(StreamIndex):
             self._commit_waiting()
 
     def _commit(self, batch: list[tuple[int, ParsedElement | str]]) -> None:
+        """Append a group's records and contents to the log durably, then make them visible in the index."""
         commit_time = now_micros()
-        quads: list[Quad] = []
-        recent: list[tuple[int, list[Quad]]] = []
-        lines: list[str] = []
-        graphs: list[str] = []
-        predicate = NamedNode(self.config.timestamp_predicate)
+        entries: list[tuple[LogRecord, bytes | None]] = []
         head = self.head()
         for ordinal, element in batch:
-            if isinstance(element, str):
-                lines.append(encode(RegistrationRecord(element, head, commit_time)))
-                continue
-            if ordinal == 0:
-                lines.append(encode(PunctuationRecord(element.time, commit_time)))  # type: ignore[arg-type]
-                continue
-            head = ordinal
-            quads.extend(element.quads)
-            # the timestamp literal as it came (its offset, its digits); written in UTC only when the stream stamped
-            # the element itself (receipt time)
-            stamp = element.stamp or Literal(format_micros(element.time), datatype=_XSD_DATETIME)  # type: ignore[arg-type]
-            quads.append(Quad(element.graph, predicate, stamp, timestamp_graph(ordinal)))
-            recent.append((ordinal, [*element.quads, Quad(element.graph, predicate, stamp, DefaultGraph())]))
-            graph = str(element.graph)
-            graphs.append(graph)
-            lines.append(encode(ElementRecord(ordinal, element.time, graph, commit_time, element.origin)))  # type: ignore
-        if quads:
-            write_json(self._pending_path, {"graphs": graphs, "from": batch[0][0]})
-            if len(quads) >= _BULK_THRESHOLD:
-                # Serialized first so that the bulk load runs without the GIL, in parallel with parsing.
-                self._store.bulk_load(serialize(quads, format=RdfFormat.N_QUADS), RdfFormat.N_QUADS)
+            if isinstance(element, str):  # h: the last element before the registration
+                entries.append((RegistrationRecord(element, head, commit_time), None))
+            elif ordinal == 0:
+                assert element.time is not None
+                entries.append((PunctuationRecord(element.time, commit_time), None))
             else:
-                self._store.extend(quads)
-                self._memtable_quads += len(quads)
-                if self._on_disk and self._memtable_quads >= MEMTABLE_FLUSH_QUADS:
-                    self._store.flush()  # writes the memtables to table files, freeing them (MEMTABLE_FLUSH_QUADS)
-                    self._memtable_quads = 0
-        with self._log_path.open("a", encoding="utf-8") as log:
-            log.write("\n".join(lines) + "\n")
-            log.flush()
-            os.fsync(log.fileno())
-        self._pending_path.unlink(missing_ok=True)
-        elements = [(ordinal, element) for ordinal, element in batch if isinstance(element, ParsedElement)]
-        with self._window_lock:
-            for ordinal, element_quads in recent:
-                self._recent[ordinal] = element_quads
-                self._recent_quads += len(element_quads)
-            while self._recent_quads > RECENT_QUADS_KEPT and len(self._recent) > 1:
-                self._recent_quads -= len(self._recent.popitem(last=False)[1])
+                head = ordinal
+                assert element.time is not None
+                record = ElementRecord(ordinal, element.time, str(element.graph), commit_time, element.origin)
+                entries.append((record, self._content(element)))
+        locations = self._log.append(entries)
+        elements = [(ordinal, element, location) for (ordinal, element), location in zip(batch, locations, strict=True)
+                    if isinstance(element, ParsedElement)]
         with self._changed:
-            for ordinal, element in elements:
-                self._index(ordinal, element.time, str(element.graph), commit_time, element.origin)  # type: ignore
+            for ordinal, element, location in elements:
+                self._index(ordinal, element.time, str(element.graph), commit_time, element.origin,  # type: ignore
+                            location)
             self._changed.notify_all()
         with self._accept_lock:
-            for ordinal, element in elements:
+            for ordinal, element, _ in elements:
                 if ordinal:
                     self._accepted_graphs.discard(str(element.graph))
 
+    def _content(self, element: ParsedElement) -> bytes:
+        """An element's content in the log: its timestamp triple as it came (written from its time when the stream
+        stamped it), then its graph block (as framed, or written from the quads a rule made)."""
+        graph = str(element.graph)
+        stamp = element.stamp_line
+        if stamp is None:
+            literal = str(element.stamp) if element.stamp is not None else \
+                f'"{format_micros(element.time)}"^^<{_XSD_DATETIME}>'  # type: ignore[arg-type]
+            stamp = f"{graph} <{self.config.timestamp_predicate}> {literal} .\n".encode()
+        block = element.block
+        if block is None:
+            block = serialize(element.quads, format=RdfFormat.TRIG) or b""
+        return stamp + block
+
     def _recover(self) -> None:
-        """Rebuild the index from the log; undo a batch whose log lines never became durable."""
-        if self._log_path.exists():
-            with self._log_path.open("rb") as log:
-                data = log.read()
-            end = data.rfind(b"\n") + 1
-            if end < len(data):  # a torn last line: the process died while appending it
-                with self._log_path.open("r+b") as log:
-                    log.truncate(end)
-            expired = self.directory / "expired.json"  # the retention cut (expire_before)
-            before = json.loads(expired.read_text())["before"] if expired.exists() else 1
-            self.first_ordinal = before
-            for line in data[:end].splitlines():
-                entry = decode(line)
-                if isinstance(entry, ElementRecord) and entry.ordinal < before:  # expired: its graphs are gone
-                    self.stream_time = entry.time if self.stream_time is None else max(self.stream_time, entry.time)
-                elif isinstance(entry, ElementRecord):
-                    self._index(entry.ordinal, entry.time, entry.graph, entry.commit, entry.origin)
-                elif isinstance(entry, PunctuationRecord):
-                    self._index(0, entry.time, "", entry.commit)
-        if self._pending_path.exists():
-            pending = json.loads(self._pending_path.read_text())
-            first = pending["from"]
-            for graph in pending["graphs"]:
-                if graph not in self._graph_ordinals:
-                    self._store.remove_graph(graph_from_text(graph))
-            for ordinal in range(first, first + len(pending["graphs"]) + 1):
-                if ordinal > self.head():
-                    self._store.remove_graph(timestamp_graph(ordinal))
-            self._pending_path.unlink()
+        """Rebuild the index from the log (its torn tail cut); elements below the retention cut stay out."""
+        expired = self.directory / "expired.json"
+        cut = json.loads(expired.read_text()) if expired.exists() else {"before": 1}
+        before = cut["before"]
+        self.first_ordinal = before
+        if cut.get("stream_time") is not None:
+            self.stream_time = cut["stream_time"]
+        for _, record, location in self._log.recover():
+            if isinstance(record, ElementRecord) and record.ordinal < before:
+                self.stream_time = record.time if self.stream_time is None else max(self.stream_time, record.time)
+            elif isinstance(record, ElementRecord) and location is not None:
+                self._index(record.ordinal, record.time, record.graph, record.commit, record.origin, location)
+            elif isinstance(record, PunctuationRecord):
+                self._index(0, record.time, "", record.commit)
         self._accepted_head = self.head()
         self._accepted_time = self.stream_time
 
     # -- expiry -------------------------------------------------------------------------------
 
     def expire_before(self, ordinal: int) -> int:
-        """Drop elements with ordinals below ``ordinal`` (retention); returns how many.
-
-        The cut is made durable first (``expired.json``, honoured by ``_recover``), then the graphs go."""
+        """Drop elements with ordinals below ``ordinal`` (retention); returns how many. The cut is made durable
+        first (``expired.json``, honoured at start-up), then the index forgets them and the log deletes the
+        segments that hold nothing newer."""
         with self._changed:
             count = max(0, min(ordinal, self.head() + 1) - self.first_ordinal)
             if count == 0:
                 return 0
-            write_json(self.directory / "expired.json", {"before": self.first_ordinal + count})
-            first = self.first_ordinal
-            dropped = self._cut(first + count)
+            cut = self.first_ordinal + count
+            write_json(self.directory / "expired.json", {"before": cut, "stream_time": self.stream_time})
+            self._cut(cut)
         with self._window_lock:
             self._window_stores.clear()
-            while self._recent and next(iter(self._recent)) < first + count:
-                self._recent_quads -= len(self._recent.popitem(last=False)[1])
-        for offset, graph in enumerate(dropped):
-            self._store.remove_graph(graph_from_text(graph))
-            self._store.remove_graph(timestamp_graph(first + offset))
+        self._log.drop_before(cut)
         return count
 
     def close(self) -> None:
-        """Commit what was accepted, stop the committer, and release the store (RocksDB's lock)."""
+        """Commit what was accepted, stop the committer, and close the log."""
         if self._closed:
             return
         with self._work:
             self._closed = True
             self._work.notify()
         self._committer.join(timeout=60)
-        self._store = None  # type: ignore[assignment]  # the last reference: pyoxigraph closes the store
+        self._log.close()
 
     def remove(self) -> None:
         self.close()

@@ -12,10 +12,12 @@ from __future__ import annotations
 import bisect
 import threading
 import uuid
+from array import array
 from collections.abc import Callable
 
 from sparql_ext.windowing import Element
 from store.durable import now_micros
+from store.element_log import Location
 from store.log_records import ElementRecord
 
 
@@ -26,9 +28,14 @@ class StreamIndex:
         self.first_ordinal = 1
         self._uuid_prefix = uuid_prefix  # the high 64 bits of the stream's revision UUIDs
         self._time_ordered = time_ordered  # keep ``_by_time`` (a lateness is configured)
-        self._times: list[int] = []
+        # parallel columns by ordinal - first_ordinal; numbers in arrays (8 bytes each: the index of a long stream
+        # stays small)
+        self._times = array("q")
         self._graphs: list[str] = []
-        self._commits: list[int] = []
+        self._commits = array("q")
+        self._segments = array("q")  # where each element's content is in the element log (Location)
+        self._offsets = array("q")
+        self._lengths = array("q")
         self._graph_ordinals: dict[str, int] = {}
         self._by_time: list[tuple[int, int]] = []  # (time, ordinal), sorted; only kept with a lateness
         self._origins: set[str] = set()  # origins of committed elements a rule made (ParsedElement.origin)
@@ -94,6 +101,13 @@ class StreamIndex:
     def ordinal_of_graph(self, graph: str) -> int | None:
         return self._graph_ordinals.get(graph)
 
+    def location(self, ordinal: int) -> Location | None:
+        """Where the element's content is in the element log."""
+        i = ordinal - self.first_ordinal
+        if not 0 <= i < len(self._times):
+            return None
+        return Location(self._segments[i], self._offsets[i], self._lengths[i])
+
     def graph_of(self, ordinal: int) -> str | None:
         i = ordinal - self.first_ordinal
         return self._graphs[i] if 0 <= i < len(self._graphs) else None
@@ -125,7 +139,8 @@ class StreamIndex:
                 self._by_time = sorted((t, self.first_ordinal + i) for i, t in enumerate(self._times))
                 self._time_ordered = True
 
-    def _index(self, ordinal: int, time: int, graph: str, commit: int, origin: str | None = None) -> None:
+    def _index(self, ordinal: int, time: int, graph: str, commit: int, origin: str | None = None,
+               location: Location | None = None) -> None:
         """Add a committed element (ordinal 0: a punctuation) to the index."""
         if ordinal == 0:
             self.punctuations += 1
@@ -135,6 +150,10 @@ class StreamIndex:
             self._times.append(time)
             self._graphs.append(graph)
             self._commits.append(commit)
+            assert location is not None, "an element's content is in the log"
+            self._segments.append(location.segment)
+            self._offsets.append(location.offset)
+            self._lengths.append(location.length)
             self._graph_ordinals[graph] = ordinal
             if self._time_ordered:
                 bisect.insort(self._by_time, (time, ordinal))
@@ -146,7 +165,8 @@ class StreamIndex:
         """Drop the elements with ordinals below ``before`` (retention); returns their graph names."""
         count = max(0, min(before, self.head() + 1) - self.first_ordinal)
         dropped = self._graphs[:count]
-        del self._times[:count], self._graphs[:count], self._commits[:count]
+        for column in (self._times, self._graphs, self._commits, self._segments, self._offsets, self._lengths):
+            del column[:count]
         for graph in dropped:
             self._graph_ordinals.pop(graph, None)
         if self._by_time:

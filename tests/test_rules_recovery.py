@@ -17,7 +17,7 @@ from sparql_ext.windowing import resolve
 from sparql_ext.windowref import parse_window_ref
 from store import RevisionedDataset
 from store.durable import now_micros
-from store.elements import ElementFramer
+from store.framing import ElementFramer
 from store.stream import Stream, StreamConfig
 from store.streams import StreamCatalog
 from store.windows import PipelineState, new_revision
@@ -87,7 +87,7 @@ def test_windows_fire_exactly_once_across_restarts(tmp_path: Path) -> None:
     assert len(counts) == 2  # one element per window, none twice
     assert registry.get("count").fired == {f"hr/{sequence}": 1}
     assert runner.catch_up() == 0  # nothing left
-    values = sorted(int(q.object.value) for q in counts.store.quads_for_pattern(None, None, None, None)
+    values = sorted(int(q.object.value) for q in counts.dataset_quads(range(1, counts.head() + 1))
                     if q.predicate.value == "http://ex/n")
     assert values == [2, 3]  # window 1 holds 2 elements, window 0 holds 3
     stop(catalog, registry)

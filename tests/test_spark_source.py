@@ -51,9 +51,14 @@ def element(o: int, t: int) -> dict[str, object]:
     return {"o": o, "t": t, "g": f"urn:g:{o}", "u": f"u-{o}", "c": t + 1}
 
 
-def append(root: Path, stream: str, *records: dict[str, object], partial: str = "") -> None:
-    (root / stream).mkdir(parents=True, exist_ok=True)
-    with open(root / stream / "log.jsonl", "a") as f:
+def log_file(root: Path, stream: str, base: int = 0) -> Path:
+    """A segment of a stream's element log (store.element_log): ``log/<base>.jsonl``."""
+    return root / stream / "log" / f"{base:020d}.jsonl"
+
+
+def append(root: Path, stream: str, *records: dict[str, object], partial: str = "", base: int = 0) -> None:
+    log_file(root, stream, base).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file(root, stream, base), "a") as f:
         f.write("".join(json.dumps(r) + "\n" for r in records) + partial)
 
 
@@ -66,10 +71,10 @@ def test_offsets_stop_at_the_last_complete_line(tmp_path: Path) -> None:
     reader = ElementLogReader(tmp_path)
     assert reader.initialOffset() == {"a": 0}
     end = reader.latestOffset({"a": 0}, None)  # type: ignore[arg-type]
-    assert end == {"a": (tmp_path / "a" / "log.jsonl").read_bytes().rindex(b"\n") + 1}
+    assert end == {"a": log_file(tmp_path, "a").read_bytes().rindex(b"\n") + 1}
     assert ElementLogReader(tmp_path, "latest").initialOffset() == end
     rows = [row for batch in reader.read(reader.partitions({}, end)[0]) for row in batch.to_pylist()]
-    second = (tmp_path / "a" / "log.jsonl").read_bytes().index(b"\n") + 1
+    second = log_file(tmp_path, "a").read_bytes().index(b"\n") + 1
     found = [(r["kind"], r["ordinal"], r["position"]) for r in rows]
     assert found == [("element", 1, 0), ("punctuation", None, second)]
     assert rows[1]["time"] == datetime(2016, 6, 20, 10, 0, 1, tzinfo=UTC)
@@ -84,7 +89,22 @@ def test_deleted_stream_reads_nothing_and_leaves_the_offsets(tmp_path: Path) -> 
     shutil.rmtree(tmp_path / "b")  # between latestOffset and read
     assert [len(list(reader.read(s))) for s in slices] == [1, 0]
     assert list(reader.latestOffset(end, None)) == ["a"]  # type: ignore[arg-type]
-    assert list(reader.read(LogSlice("x", str(tmp_path / "x" / "log.jsonl"), 0, 10))) == []
+    assert list(reader.read(LogSlice("x", str(tmp_path / "x" / "log"), 0, 10))) == []
+
+
+def test_positions_run_on_across_segments_and_retention_removes_whole_ones(tmp_path: Path) -> None:
+    append(tmp_path, "a", {**element(1, T0), "d": 0, "n": 70})
+    first = log_file(tmp_path, "a").stat().st_size
+    append(tmp_path, "a", {**element(2, T0 + S), "d": 0, "n": 80}, base=first)  # the next segment starts there
+    reader = ElementLogReader(tmp_path)
+    end = reader.latestOffset({}, None)  # type: ignore[arg-type]
+    assert end == {"a": first + log_file(tmp_path, "a", first).stat().st_size}
+    rows = [r for batch in reader.read(reader.partitions({}, end)[0]) for r in batch.to_pylist()]
+    assert [(r["ordinal"], r["position"], r["segment"], r["offset"], r["length"]) for r in rows] == [
+        (1, 0, 0, 0, 70), (2, first, first, 0, 80)]
+    log_file(tmp_path, "a").unlink()  # retention deleted the first segment: its positions read nothing
+    rows = [r for batch in reader.read(reader.partitions({}, end)[0]) for r in batch.to_pylist()]
+    assert [r["ordinal"] for r in rows] == [2]
 
 
 # ---------------------------------------------------------------------------------- the streaming source
@@ -115,7 +135,7 @@ def test_source_exactly_once_across_batches_and_restart(spark: SparkSession, tmp
         query.processAllAvailable()
         assert got.seen() == [("a", "element", 1), ("a", "element", 2)]  # not the partial line
         # batch 2: the partial line completes, and a stream appears after the start
-        with open(root / "a" / "log.jsonl", "a") as f:
+        with open(log_file(root, "a"), "a") as f:
             f.write(f'{T0 + 2 * S}, "g": "urn:g:3", "u": "u-3", "c": 0}}\n')
         append(root, "b", element(1, T0), {"r": "seq-1", "c": 0})
         query.processAllAvailable()
@@ -267,12 +287,13 @@ CASES: list[tuple[str, Spec, list[tuple[int, int]], set[tuple[int, int]]]] = [
 def _batch(spark: SparkSession) -> DataFrame:
     base = datetime(1970, 1, 1, tzinfo=UTC)
     rows = [
-        (name, "element", o, base + timedelta(microseconds=t), None, None, None, 0, i)
+        (name, "element", o, base + timedelta(microseconds=t), None, None, None, 0, i, None, None, None)
         for name, _, elements, _ in CASES
         for i, (o, t) in enumerate(elements)
     ]
-    rows.append(("forward-sliding", "punctuation", None, base + timedelta(microseconds=at(10, 3)), *[None] * 3, 0, 99))
-    rows.append(("elsewhere", "element", 1, base + timedelta(microseconds=at(10, 0)), *[None] * 3, 0, 0))
+    rows.append(("forward-sliding", "punctuation", None, base + timedelta(microseconds=at(10, 3)), *[None] * 3, 0, 99,
+                 *[None] * 3))
+    rows.append(("elsewhere", "element", 1, base + timedelta(microseconds=at(10, 0)), *[None] * 3, 0, 0, *[None] * 3))
     return spark.createDataFrame(rows, SCHEMA)
 
 
@@ -347,7 +368,7 @@ def test_time_arithmetic_equals_spark_window(spark: SparkSession, backward: bool
     spec = Spec("time", backward, at(10, 0, 7), 150 * S, M, "time", 1 if backward else 0, None)
     base = datetime(1970, 1, 1, tzinfo=UTC)
     offsets = sorted({b + d for b in range(-200 * S, 600 * S, 10 * S) for d in (-1, 0, 1)})
-    rows = [("a", "element", o, base + timedelta(microseconds=spec.origin + off), None, None, None, 0, o)
+    rows = [("a", "element", o, base + timedelta(microseconds=spec.origin + off), None, None, None, 0, o, *[None] * 3)
             for o, off in enumerate(offsets, start=1)]
     batch = spark.createDataFrame(rows, SCHEMA)
     ours = {(r.k, r.ordinal) for r in assign_windows(batch, [("s", "a", spec)]).collect()}

@@ -1,18 +1,19 @@
-"""The stream store without HTTP: element framing, validation, group commit, the timestamp index,
-and recovery from a crash between writing a group's quads and its log lines."""
+"""The stream store without HTTP: element framing, validation, group commit into the element log, the index,
+window datasets loaded from the log, and recovery from a crash between writing a group's contents and its
+records."""
 
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import pytest
-from pyoxigraph import NamedNode, Quad, RdfFormat
+from pyoxigraph import NamedNode, Quad, RdfFormat, parse
 
-from store.elements import ElementFramer, ParsedElement
+from store.elements import ParsedElement
 from store.errors import ElementOutOfOrder, ElementRejected, RdfSyntaxError
-from store.stream import Stream, StreamConfig, timestamp_graph
+from store.framing import ElementFramer
+from store.stream import Stream, StreamConfig
 
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
 MINUTE = 60_000_000
@@ -28,10 +29,15 @@ def frame(text: str) -> list[ParsedElement]:
     return list(ElementFramer(io.BytesIO(text.encode()), RdfFormat.TRIG, PROV))
 
 
+def statements(element: ParsedElement) -> int:
+    """The content statements of a framed element (its graph block; the timestamp triple apart)."""
+    return len(list(parse(element.block, RdfFormat.TRIG))) if element.block else len(element.quads)
+
+
 def test_framing_timestamp_before_or_after_and_punctuation() -> None:
     elements = frame(stamp("a", 0) + "<http://ex/a> { <x:s> <x:p> 1 . <x:s> <x:p> 2 . }\n"
                      "<http://ex/b> { <x:s> <x:p> 3 . }\n" + stamp("b", 1) + stamp("tick", 5))
-    assert [(e.graph.value, len(e.quads), e.time) for e in elements] == [
+    assert [(e.graph.value, statements(e), e.time) for e in elements] == [
         ("http://ex/a", 2, T10), ("http://ex/b", 1, T10 + MINUTE), ("http://ex/tick", 0, T10 + 5 * MINUTE)]
     assert [e.is_punctuation for e in elements] == [False, False, True]
     assert frame("<http://ex/c> { <x:s> <x:p> 1 . }\n")[0].time is None  # stamped at receipt later
@@ -78,13 +84,12 @@ def test_accept_commit_and_index(stream: Stream) -> None:
     assert [e.ordinal for e in stream.between(T10 + MINUTE, T10 + 5 * MINUTE, backward=True)] == [3, 4]
     assert stream.last_at_or_before(T10 + 4 * MINUTE) == 3
     assert stream.ordinal_of(stream.uuid_of(4)) == 4
-    defaults, named = stream.dataset_graphs([2, 4])
-    assert defaults == [timestamp_graph(2), timestamp_graph(4)]
-    assert [g.value for g in named] == ["http://ex/e1", "http://ex/e3"]
-    assert len(list(stream.dataset_quads([2, 4]))) == 4  # 2 timestamp triples + 2 content triples
+    quads = list(stream.dataset_quads([2, 4]))
+    assert len(quads) == 4  # 2 timestamp triples + 2 content triples
+    assert {q.graph_name.value for q in quads if q.predicate.value != PROV} == {"http://ex/e1", "http://ex/e3"}
 
 
-def test_window_store_is_the_window_dataset_from_memory_or_disk(tmp_path: Path) -> None:
+def test_window_store_is_the_window_dataset_loaded_from_the_log(tmp_path: Path) -> None:
     stream = Stream.create(tmp_path / "w", StreamConfig("w"))
     body = "".join(stamp(f"e{m}", m) + f"<http://ex/e{m}> {{ _:shared <http://ex/hr> {70 + m} . }}\n" for m in range(4))
     for parsed in frame(body):
@@ -95,17 +100,23 @@ def test_window_store_is_the_window_dataset_from_memory_or_disk(tmp_path: Path) 
     def rows(store_: object) -> list[tuple[str, str, str]]:
         return sorted((str(r["t"]), str(r["b"]), str(r["v"])) for r in store_.query(hr))  # type: ignore[attr-defined]
 
-    live = stream.window_store([2, 4])  # built from the latest elements kept in memory
-    assert stream.window_store([2, 4]) is live  # kept: the same window is not copied twice
-    expected = [('"2016-06-20T10:01:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>', "_:shared",
-                 '"71"^^<http://www.w3.org/2001/XMLSchema#integer>'),
-                ('"2016-06-20T10:03:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>', "_:shared",
-                 '"73"^^<http://www.w3.org/2001/XMLSchema#integer>')]
-    assert rows(live) == expected  # default graph: exactly the window's timestamp triples; one shared blank node
+    live = stream.window_store([2, 4])
+    assert stream.window_store([2, 4]) is live  # kept: the same window is not loaded twice
+    found = rows(live)
+    assert [(t, v) for t, _, v in found] == [
+        ('"2016-06-20T10:01:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>',
+         '"71"^^<http://www.w3.org/2001/XMLSchema#integer>'),
+        ('"2016-06-20T10:03:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>',
+         '"73"^^<http://www.w3.org/2001/XMLSchema#integer>')]  # default graph: exactly the window's timestamp triples
+    assert found[0][1] == found[1][1] and found[0][1].startswith("_:")  # one blank node, shared by the elements
     assert len(live) == 4
     stream.close()
-    reopened = Stream.open(tmp_path / "w")  # nothing in memory: built from the on-disk store, same dataset
-    assert rows(reopened.window_store([2, 4])) == expected
+    reopened = Stream.open(tmp_path / "w")  # nothing in memory: loaded from the log, the same dataset
+    again = rows(reopened.window_store([2, 4]))
+    assert [(t, v) for t, _, v in again] == [(t, v) for t, _, v in found] and again[0][1] == again[1][1]
+    # the dataset as uploaded: blank node labels and literals are the uploaded text
+    assert {str(q.subject) for q in reopened.dataset_quads([2, 4]) if q.predicate.value == "http://ex/hr"} == \
+        {"_:shared"}
     reopened.close()
 
 
@@ -118,7 +129,7 @@ def test_refusals_store_nothing(stream: Stream) -> None:
     with pytest.raises(ElementRejected, match="reserved"):
         stream.accept(ParsedElement(NamedNode("urn:x-concentrator:x"), [], T10 + 7 * MINUTE), received=0)
     stream.flush()
-    assert stream.head() == 1 and len(stream.store) == 2  # a's triple and a's timestamp
+    assert stream.head() == 1 and len(list(stream.dataset_quads([1]))) == 2  # a's triple and a's timestamp
 
 
 def test_receipt_time_is_strictly_increasing(stream: Stream) -> None:
@@ -143,7 +154,7 @@ def test_reopen_rebuilds_the_index_and_drops_a_torn_line(tmp_path: Path) -> None
         s.accept(element(f"e{i}", i, i), received=0)
     s.flush()
     s.close()
-    with (tmp_path / "s" / "log.jsonl").open("a") as log:
+    with (tmp_path / "s" / "log" / "00000000000000000000.jsonl").open("a") as log:
         log.write('{"o": 4, "t": ')  # the process died while appending a line
     s = Stream.open(tmp_path / "s")
     assert s.head() == 3 and [e.time for e in s.elements(1, 3)] == [T10, T10 + MINUTE, T10 + 2 * MINUTE]
@@ -153,19 +164,22 @@ def test_reopen_rebuilds_the_index_and_drops_a_torn_line(tmp_path: Path) -> None
     s.close()
 
 
-def test_recovery_removes_graphs_whose_log_lines_never_became_durable(tmp_path: Path) -> None:
+def test_content_whose_record_never_became_durable_is_ignored(tmp_path: Path) -> None:
     s = Stream.create(tmp_path / "s", StreamConfig("s"))
     s.accept(element("kept", 0, 1), received=0)
     s.flush()
-    # Simulate a crash after a group's quads reached the store but before its log lines did.
-    lost = element("lost", 1, 2)
-    s.store.extend([*lost.quads, Quad(lost.graph, NamedNode(PROV), NamedNode("x:t"), timestamp_graph(2))])
-    (tmp_path / "s" / "pending.json").write_text(json.dumps({"graphs": ["<http://ex/lost>"], "from": 2}))
     s.close()
+    # Simulate a crash after a group's contents reached the log's .dat but before its records did.
+    content = tmp_path / "s" / "log" / "00000000000000000000.dat"
+    referenced = content.stat().st_size
+    with content.open("ab") as out:
+        out.write(b"<http://ex/lost> { <x:s> <x:p> <x:2> . }\n")
     s = Stream.open(tmp_path / "s")
-    assert s.head() == 1
-    assert {g.value for g in s.store.named_graphs()} == {"http://ex/kept", timestamp_graph(1).value}
-    assert not (tmp_path / "s" / "pending.json").exists()
+    assert s.head() == 1 and content.stat().st_size == referenced  # the unreferenced content is cut
+    s.accept(element("next", 1, 3), received=0)
+    s.flush()
+    graphs = {q.graph_name.value for q in s.dataset_quads([1, 2]) if q.predicate.value != PROV}
+    assert graphs == {"http://ex/kept", "http://ex/next"}  # nothing of "lost"
     s.close()
 
 
@@ -178,44 +192,3 @@ def test_lateness_keeps_a_time_ordered_index(tmp_path: Path) -> None:
     assert [e.ordinal for e in s.between(T10 + 9 * MINUTE, T10 + 11 * MINUTE, backward=False)] == [1, 2]
     assert s.last_at_or_before(T10 + 9 * MINUTE + 1) == 2
     s.close()
-
-
-class _CountingStore:
-    """The stream's pyoxigraph store, counting ``flush`` calls."""
-
-    def __init__(self, inner: object) -> None:
-        self.inner = inner
-        self.flushes = 0
-
-    def flush(self) -> None:
-        self.flushes += 1
-        self.inner.flush()  # type: ignore[attr-defined]
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
-
-
-def test_the_on_disk_store_is_flushed_as_elements_are_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """RocksDB kept every write in memory until flushed: a long-lived stream's resident memory grew by ≈ 1.4 KB per
-    quad without bound (bench/load's soak). The committer flushes the store every MEMTABLE_FLUSH_QUADS quads."""
-    monkeypatch.setattr("store.stream.MEMTABLE_FLUSH_QUADS", 10)
-    s = Stream.create(tmp_path / "s", StreamConfig("s"))
-    counting = _CountingStore(s.store)
-    s._store = counting  # type: ignore[assignment]
-    for minute in range(12):
-        s.accept(element(f"e{minute}", minute, 1, 2), received=0)  # 2 quads + the timestamp triple
-        s.flush()
-    assert counting.flushes >= 3  # 36 quads, a flush at each 10th or so
-    s.close()
-    del counting  # the last reference to the store: RocksDB's lock is released
-    reopened = Stream.open(tmp_path / "s")  # nothing lost by flushing
-    assert reopened.head() == 12 and len(list(reopened.dataset_quads(range(1, 13)))) == 36
-    reopened.close()
-    memory = Stream(tmp_path / "m", StreamConfig("m"), in_memory=True)  # an in-memory store is never flushed
-    counting = _CountingStore(memory.store)
-    memory._store = counting  # type: ignore[assignment]
-    for minute in range(12):
-        memory.accept(element(f"e{minute}", minute, 1, 2), received=0)
-    memory.flush()
-    assert counting.flushes == 0
-    memory.close()

@@ -1,7 +1,12 @@
-"""A tiny benchmark harness: timing, table printing and JSON result files.
+"""A tiny benchmark harness: timing, table printing, JSON result files and plots.
 
 Machines are noisy, so every benchmark compares against a baseline measured in the
 same process run rather than against absolute figures.
+
+Plots (``bar_plot``, ``distribution_plot``, ``time_series_plot``) are PNGs written next to the JSON results,
+``bench/results/<name>.png``, with matplotlib's headless ``Agg`` backend. matplotlib is in the ``bench`` extra
+(``pip install -e '.[test,bench]'``); without it the plot functions raise ``PlottingUnavailable``, which a
+benchmark reports and then goes on (its JSON is written all the same).
 """
 
 from __future__ import annotations
@@ -13,10 +18,14 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TRACKED_PACKAGES = ("pyoxigraph", "flask", "werkzeug", "gunicorn")
@@ -95,3 +104,143 @@ def write_json(bench_name: str, payload: dict[str, Any]) -> Path:
     document = {"benchmark": bench_name, "environment": environment(), **payload}
     path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     return path
+
+
+# --- plots ------------------------------------------------------------------------------------------------------
+
+
+class PlottingUnavailable(RuntimeError):
+    """matplotlib is not installed (it comes with the ``bench`` extra)."""
+
+
+def _figure(rows: int = 1, width: float = 9.0, height: float = 4.5) -> tuple[Figure, list[Axes]]:
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlottingUnavailable("matplotlib is not installed: pip install -e '.[test,bench]' (no plots)") from None
+    matplotlib.use("Agg")  # headless: no display on benchmark machines
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(rows, 1, figsize=(width, height * rows), squeeze=False, layout="constrained")
+    return figure, [row[0] for row in axes]
+
+
+def _thousands() -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda value, _: f"{value:,.0f}")
+
+
+def _save(figure: Figure, name: str) -> Path:
+    from matplotlib import pyplot
+
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.png"
+    figure.savefig(path, dpi=110)
+    pyplot.close(figure)
+    return path
+
+
+def bar_plot(name: str, title: str, groups: Mapping[str, Mapping[str, float]], *, reference: str,
+             unit: str = "statements/s") -> Path:
+    """Side-by-side rates: one group of bars per key of ``groups`` (e.g. a body format), one bar per system, each
+    labelled with its value and its ratio to the group's ``reference`` bar (the baseline). Bars missing from a
+    group are left out of it. Writes ``bench/results/<name>.png``."""
+    figure, (axes,) = _figure()
+    systems = list(dict.fromkeys(label for bars in groups.values() for label in bars))
+    width = 0.8 / max(1, len(systems))
+    for i, system in enumerate(systems):
+        xs = [g for g, bars in enumerate(groups.values()) if system in bars]
+        values = [bars[system] for bars in groups.values() if system in bars]
+        refs = [bars.get(reference) for bars in groups.values() if system in bars]
+        drawn = axes.bar([x + (i - (len(systems) - 1) / 2) * width for x in xs], values, width, label=system)
+        labels = [f"{v:,.0f}\n{v / r:.2f}×" if r else f"{v:,.0f}" for v, r in zip(values, refs, strict=True)]
+        axes.bar_label(drawn, labels, fontsize=7, padding=2)
+    axes.set_xticks(range(len(groups)), list(groups))
+    axes.set_ylabel(unit)
+    axes.yaxis.set_major_formatter(_thousands())
+    axes.set_title(f"{title}\n(ratio to {reference})", fontsize=10)
+    axes.margins(y=0.2)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(figure, name)
+
+
+def distribution_plot(name: str, title: str, samples: Mapping[str, Sequence[float]], *, unit: str = "ms",
+                      marks: Mapping[str, float] | None = None) -> Path:
+    """Latency distributions as empirical CDFs (x: value, log scale; y: fraction of samples at or below it), one
+    line per key with its count, p50 and p99 in the legend; ``marks`` are vertical target lines (label → value).
+    Empty sample lists are left out. Writes ``bench/results/<name>.png``."""
+    figure, (axes,) = _figure()
+    for label, values in samples.items():
+        ordered = sorted(values)
+        if not ordered:
+            continue
+        fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
+        axes.step(ordered, fractions, where="post",
+                  label=f"{label} (n={len(ordered)}, p50 {percentile(ordered, 0.5):,.0f}, "
+                        f"p99 {percentile(ordered, 0.99):,.0f} {unit})")
+    for label, value in (marks or {}).items():
+        axes.axvline(value, color="grey", linestyle="--", linewidth=1)
+        axes.annotate(label, (value, 0.05), rotation=90, fontsize=7, color="grey", ha="right", va="bottom")
+    axes.set_xscale("log")
+    axes.set_xlabel(unit)
+    axes.set_ylabel("fraction ≤ x")
+    axes.set_ylim(0, 1.02)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.set_title(title, fontsize=10)
+    axes.legend(fontsize=7, loc="lower right")
+    return _save(figure, name)
+
+
+@dataclass
+class Series:
+    """One line (or scatter, ``points=True``) of a time-series panel."""
+
+    label: str
+    x: Sequence[float]
+    y: Sequence[float]
+    points: bool = False
+
+
+@dataclass
+class Panel:
+    """One panel of ``time_series_plot``: its y label, its series, horizontal target lines (label → value)."""
+
+    ylabel: str
+    series: list[Series]
+    marks: dict[str, float] = field(default_factory=dict)
+    log: bool = False
+
+
+def time_series_plot(name: str, title: str, panels: Sequence[Panel], *, xlabel: str = "seconds") -> Path:
+    """Values over time, one panel per quantity sharing the x axis (e.g. rate above, latency below). Writes
+    ``bench/results/<name>.png``."""
+    figure, axes_list = _figure(len(panels), height=3.2)
+    for axes, panel in zip(axes_list, panels, strict=True):
+        for series in panel.series:
+            if series.points:
+                axes.plot(series.x, series.y, ".", markersize=3, label=series.label)
+            else:
+                axes.plot(series.x, series.y, linewidth=1.2, label=series.label)
+        for label, value in panel.marks.items():
+            axes.axhline(value, color="grey", linestyle="--", linewidth=1)
+            axes.annotate(label, (0, value), fontsize=7, color="grey", va="bottom",
+                          xycoords=("axes fraction", "data"))
+        if panel.log:
+            axes.set_yscale("log")
+        else:
+            axes.yaxis.set_major_formatter(_thousands())
+        axes.set_ylabel(panel.ylabel)
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=7, loc="upper right")
+    axes_list[-1].set_xlabel(xlabel)
+    axes_list[0].set_title(title, fontsize=10)
+    return _save(figure, name)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` by the nearest rank; ``nan`` when there are none."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]

@@ -3,8 +3,8 @@
 Machines are noisy, so every benchmark compares against a baseline measured in the
 same process run rather than against absolute figures.
 
-Plots (``bar_plot``, ``distribution_plot``, ``time_series_plot``) are PNGs written next to the JSON results,
-``bench/results/<name>.png``, with matplotlib's headless ``Agg`` backend. matplotlib is in the ``bench`` extra
+Plots (``bar_plot``, ``share_plot``, ``distribution_plot``, ``time_series_plot``) are PNGs written next to the JSON
+results, ``bench/results/<name>.png``, with matplotlib's headless ``Agg`` backend. matplotlib is in the ``bench`` extra
 (``pip install -e '.[test,bench]'``); without it the plot functions raise ``PlottingUnavailable``, which a
 benchmark reports and then goes on (its JSON is written all the same).
 """
@@ -141,27 +141,45 @@ def _save(figure: Figure, name: str) -> Path:
     return path
 
 
-def bar_plot(name: str, title: str, groups: Mapping[str, Mapping[str, float]], *, reference: str,
-             unit: str = "statements/s") -> Path:
+def bar_plot(name: str, title: str, groups: Mapping[str, Mapping[str, float]], *,
+             reference: str | Mapping[str, str], unit: str = "statements/s") -> Path:
     """Side-by-side rates: one group of bars per key of ``groups`` (e.g. a body format), one bar per system, each
-    labelled with its value and its ratio to the group's ``reference`` bar (the baseline). Bars missing from a
-    group are left out of it. Writes ``bench/results/<name>.png``."""
+    labelled with its value and its ratio to the group's reference bar (the baseline): ``reference`` names it for
+    every group, or per group. Bars missing from a group are left out of it. Writes ``bench/results/<name>.png``."""
     figure, (axes,) = _figure()
     systems = list(dict.fromkeys(label for bars in groups.values() for label in bars))
+    references = {g: reference if isinstance(reference, str) else reference.get(g, "") for g in groups}
     width = 0.8 / max(1, len(systems))
     for i, system in enumerate(systems):
         xs = [g for g, bars in enumerate(groups.values()) if system in bars]
         values = [bars[system] for bars in groups.values() if system in bars]
-        refs = [bars.get(reference) for bars in groups.values() if system in bars]
+        refs = [bars.get(references[g]) for g, bars in groups.items() if system in bars]
         drawn = axes.bar([x + (i - (len(systems) - 1) / 2) * width for x in xs], values, width, label=system)
         labels = [f"{v:,.0f}\n{v / r:.2f}×" if r else f"{v:,.0f}" for v, r in zip(values, refs, strict=True)]
         axes.bar_label(drawn, labels, fontsize=7, padding=2)
     axes.set_xticks(range(len(groups)), list(groups))
     axes.set_ylabel(unit)
     axes.yaxis.set_major_formatter(_thousands())
-    axes.set_title(f"{title}\n(ratio to {reference})", fontsize=10)
+    shown = reference if isinstance(reference, str) else ", ".join(f"{g}: {r}" for g, r in reference.items())
+    axes.set_title(f"{title}\n(ratio to {shown})", fontsize=10)
     axes.margins(y=0.2)
     axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(figure, name)
+
+
+def share_plot(name: str, title: str, parts: Mapping[str, float], *, unit: str = "CPU seconds") -> Path:
+    """Where a total goes: one horizontal bar per part, labelled with its value and its share of the sum (e.g. CPU
+    seconds per component). Writes ``bench/results/<name>.png``."""
+    figure, (axes,) = _figure(height=0.45 * len(parts) + 1.5)
+    total = sum(parts.values())
+    labels = list(parts)[::-1]  # the first part on top
+    drawn = axes.barh(labels, [parts[label] for label in labels])
+    axes.bar_label(drawn, [f"{parts[label]:,.1f} ({parts[label] / total:.0%})" if total else "0" for label in labels],
+                   fontsize=7, padding=2)
+    axes.tick_params(axis="y", labelsize=7)
+    axes.set_xlabel(unit)
+    axes.margins(x=0.25)
+    axes.set_title(f"{title}\n(total {total:,.1f} {unit})", fontsize=10)
     return _save(figure, name)
 
 

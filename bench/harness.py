@@ -143,26 +143,33 @@ def _save(figure: Figure, name: str) -> Path:
 
 def bar_plot(name: str, title: str, groups: Mapping[str, Mapping[str, float]], *,
              reference: str | Mapping[str, str], unit: str = "statements/s") -> Path:
-    """Side-by-side rates: one group of bars per key of ``groups`` (e.g. a body format), one bar per system, each
-    labelled with its value and its ratio to the group's reference bar (the baseline): ``reference`` names it for
-    every group, or per group. Bars missing from a group are left out of it. Writes ``bench/results/<name>.png``."""
-    figure, (axes,) = _figure()
+    """Side-by-side rates: one group of bars per key of ``groups`` (e.g. a body format), one bar per system (the
+    same colour in every group), each labelled with its value and its ratio to the group's reference bar (the
+    baseline): ``reference`` names it for every group, or per group. A group shows only its own bars, side by side.
+    Writes ``bench/results/<name>.png``."""
+    bars_total = sum(len(bars) for bars in groups.values())
+    figure, (axes,) = _figure(width=max(9.0, 0.75 * bars_total + 4.0), height=5.0)
     systems = list(dict.fromkeys(label for bars in groups.values() for label in bars))
+    colours = {system: f"C{i % 10}" for i, system in enumerate(systems)}
     references = {g: reference if isinstance(reference, str) else reference.get(g, "") for g in groups}
-    width = 0.8 / max(1, len(systems))
-    for i, system in enumerate(systems):
-        xs = [g for g, bars in enumerate(groups.values()) if system in bars]
-        values = [bars[system] for bars in groups.values() if system in bars]
-        refs = [bars.get(references[g]) for g, bars in groups.items() if system in bars]
-        drawn = axes.bar([x + (i - (len(systems) - 1) / 2) * width for x in xs], values, width, label=system)
-        labels = [f"{v:,.0f}\n{v / r:.2f}×" if r else f"{v:,.0f}" for v, r in zip(values, refs, strict=True)]
-        axes.bar_label(drawn, labels, fontsize=7, padding=2)
-    axes.set_xticks(range(len(groups)), list(groups))
+    x = 0.0
+    ticks: list[float] = []
+    for group, bars in groups.items():
+        positions = [x + i for i in range(len(bars))]
+        ticks.append(sum(positions) / len(positions) if positions else x)
+        base = bars.get(references[group])
+        for position, (system, value) in zip(positions, bars.items(), strict=True):
+            drawn = axes.bar([position], [value], 0.85, color=colours[system],
+                             label=system if system not in axes.get_legend_handles_labels()[1] else None)
+            axes.bar_label(drawn, [f"{value:,.0f}\n{value / base:.2f}×" if base else f"{value:,.0f}"], fontsize=7,
+                           padding=2)
+        x += len(bars) + 1.0  # a gap between groups
+    axes.set_xticks(ticks, list(groups))
     axes.set_ylabel(unit)
     axes.yaxis.set_major_formatter(_thousands())
-    shown = reference if isinstance(reference, str) else ", ".join(f"{g}: {r}" for g, r in reference.items())
-    axes.set_title(f"{title}\n(ratio to {shown})", fontsize=10)
-    axes.margins(y=0.2)
+    shown = reference if isinstance(reference, str) else " / ".join(dict.fromkeys(reference.values()))
+    axes.set_title(f"{title}\n(ratios to {shown})", fontsize=10)
+    axes.margins(y=0.15)
     axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _save(figure, name)
 
@@ -218,6 +225,7 @@ class Series:
     x: Sequence[float]
     y: Sequence[float]
     points: bool = False
+    width: float = 1.2
 
 
 @dataclass
@@ -239,7 +247,7 @@ def time_series_plot(name: str, title: str, panels: Sequence[Panel], *, xlabel: 
             if series.points:
                 axes.plot(series.x, series.y, ".", markersize=3, label=series.label)
             else:
-                axes.plot(series.x, series.y, linewidth=1.2, label=series.label)
+                axes.plot(series.x, series.y, linewidth=series.width, label=series.label)
         for label, value in panel.marks.items():
             axes.axhline(value, color="grey", linestyle="--", linewidth=1)
             axes.annotate(label, (0, value), fontsize=7, color="grey", va="bottom",

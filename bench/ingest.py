@@ -424,7 +424,8 @@ def compare(server: RunningServer, settings: Settings, tmp: Path) -> dict[str, A
             "elements": elements, "statements": statements, "body_bytes": bodies[name].stat().st_size,
             "best": {label: m.to_dict() for label, m in best.items()},
             "runs": {label: [m.to_dict() for m in ms] for label, ms in runs[name].items()},
-            "ratios": {f"to {label}": server_rate / m.rate for label, m in best.items() if label != SERVER},
+            "ratios": {f"to {label}": server_rate / m.rate for label, m in best.items()
+                       if label not in (SERVER, SERVER_WINDOWS)},
         }
     return result
 
@@ -713,13 +714,6 @@ def print_report(result: dict[str, Any]) -> None:
               f"{row['target']:,.4g})")
 
 
-def heads_rate(heads: list[tuple[float, int]], per_element: float) -> tuple[list[float], list[float]]:
-    """Statements/s between consecutive HEAD samples (at their midpoints)."""
-    pairs = list(zip(heads, heads[1:], strict=False))
-    return ([(a[0] + b[0]) / 2 for a, b in pairs],
-            [(b[1] - a[1]) * per_element / (b[0] - a[0]) if b[0] > a[0] else 0.0 for a, b in pairs])
-
-
 def _num(value: float | None) -> str:
     if value is None:
         return "     n/a"
@@ -752,11 +746,9 @@ def plots(result: dict[str, Any]) -> list[str]:
                 Panel("statements/s", [
                     Series("committed per second (element commit times)",
                            [i + 0.5 for i in range(len(f["series"]["committed_per_second"]))],
-                           f["series"]["committed_per_second"]),
+                           f["series"]["committed_per_second"], width=0.6),
                     Series(f"mean over {SUSTAINED_WINDOW} s",
-                           [i + SUSTAINED_WINDOW / 2 for i in range(len(moving))], moving),
-                    Series("HEAD sampled every second (GET /streams/s)", *heads_rate(f["series"]["heads"],
-                                                                                   f["statements"] / f["elements"])),
+                           [i + SUSTAINED_WINDOW / 2 for i in range(len(moving))], moving, width=2.5),
                 ], {"target 100,000/s": TARGET_RATE}),
                 Panel("window latency (ms)", [Series("per window, at its revision's commit",
                                                      [w["committed_s"] for w in windows],
@@ -829,13 +821,19 @@ def main(argv: list[str] | None = None) -> int:
             if "steady" in parts:
                 result["steady"] = steady(server, settings)
     result["loadavg_after"] = list(os.getloadavg())
+    finish(result)
+    path = write_json(BENCH_NAME, result)
+    print(f"\nwrote {path}" + "".join(f"\nwrote {p}" for p in result["plots"]))
+    return 0
+
+
+def finish(result: dict[str, Any]) -> None:
+    """What follows from the measured parts: the previous version's keys, the targets, the report and the plots
+    (also usable on a loaded ``ingest.json`` to draw its plots again)."""
     result.update(compatibility(result))
     result["targets"] = targets(result)
     print_report(result)
     result["plots"] = plots(result)
-    path = write_json(BENCH_NAME, result)
-    print(f"\nwrote {path}" + "".join(f"\nwrote {p}" for p in result["plots"]))
-    return 0
 
 
 def compatibility(result: dict[str, Any]) -> dict[str, Any]:

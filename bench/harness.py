@@ -1,7 +1,12 @@
-"""A tiny benchmark harness: timing, table printing and JSON result files.
+"""A tiny benchmark harness: timing, table printing, JSON result files and plots.
 
 Machines are noisy, so every benchmark compares against a baseline measured in the
 same process run rather than against absolute figures.
+
+Plots (``bar_plot``, ``share_plot``, ``distribution_plot``, ``time_series_plot``) are PNGs written next to the JSON
+results, ``bench/results/<name>.png``, with matplotlib's headless ``Agg`` backend. matplotlib is in the ``bench`` extra
+(``pip install -e '.[test,bench]'``); without it the plot functions raise ``PlottingUnavailable``, which a
+benchmark reports and then goes on (its JSON is written all the same).
 """
 
 from __future__ import annotations
@@ -13,10 +18,14 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TRACKED_PACKAGES = ("pyoxigraph", "flask", "werkzeug", "gunicorn")
@@ -95,3 +104,169 @@ def write_json(bench_name: str, payload: dict[str, Any]) -> Path:
     document = {"benchmark": bench_name, "environment": environment(), **payload}
     path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     return path
+
+
+# --- plots ------------------------------------------------------------------------------------------------------
+
+
+class PlottingUnavailable(RuntimeError):
+    """matplotlib is not installed (it comes with the ``bench`` extra)."""
+
+
+def _figure(rows: int = 1, width: float = 9.0, height: float = 4.5) -> tuple[Figure, list[Axes]]:
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlottingUnavailable("matplotlib is not installed: pip install -e '.[test,bench]' (no plots)") from None
+    matplotlib.use("Agg")  # headless: no display on benchmark machines
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(rows, 1, figsize=(width, height * rows), squeeze=False, layout="constrained")
+    return figure, [row[0] for row in axes]
+
+
+def _thousands() -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda value, _: f"{value:,.0f}")
+
+
+def _save(figure: Figure, name: str) -> Path:
+    from matplotlib import pyplot
+
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.png"
+    figure.savefig(path, dpi=110)
+    pyplot.close(figure)
+    return path
+
+
+def bar_plot(name: str, title: str, groups: Mapping[str, Mapping[str, float]], *,
+             reference: str | Mapping[str, str], unit: str = "statements/s") -> Path:
+    """Side-by-side rates: one group of bars per key of ``groups`` (e.g. a body format), one bar per system (the
+    same colour in every group), each labelled with its value and its ratio to the group's reference bar (the
+    baseline): ``reference`` names it for every group, or per group. A group shows only its own bars, side by side.
+    Writes ``bench/results/<name>.png``."""
+    bars_total = sum(len(bars) for bars in groups.values())
+    figure, (axes,) = _figure(width=max(9.0, 0.75 * bars_total + 4.0), height=5.0)
+    systems = list(dict.fromkeys(label for bars in groups.values() for label in bars))
+    colours = {system: f"C{i % 10}" for i, system in enumerate(systems)}
+    references = {g: reference if isinstance(reference, str) else reference.get(g, "") for g in groups}
+    x = 0.0
+    ticks: list[float] = []
+    for group, bars in groups.items():
+        positions = [x + i for i in range(len(bars))]
+        ticks.append(sum(positions) / len(positions) if positions else x)
+        base = bars.get(references[group])
+        for position, (system, value) in zip(positions, bars.items(), strict=True):
+            drawn = axes.bar([position], [value], 0.85, color=colours[system],
+                             label=system if system not in axes.get_legend_handles_labels()[1] else None)
+            axes.bar_label(drawn, [f"{value:,.0f}\n{value / base:.2f}×" if base else f"{value:,.0f}"], fontsize=7,
+                           padding=2)
+        x += len(bars) + 1.0  # a gap between groups
+    axes.set_xticks(ticks, list(groups))
+    axes.set_ylabel(unit)
+    axes.yaxis.set_major_formatter(_thousands())
+    shown = reference if isinstance(reference, str) else " / ".join(dict.fromkeys(reference.values()))
+    axes.set_title(f"{title}\n(ratios to {shown})", fontsize=10)
+    axes.margins(y=0.15)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(figure, name)
+
+
+def share_plot(name: str, title: str, parts: Mapping[str, float], *, unit: str = "CPU seconds") -> Path:
+    """Where a total goes: one horizontal bar per part, labelled with its value and its share of the sum (e.g. CPU
+    seconds per component). Writes ``bench/results/<name>.png``."""
+    figure, (axes,) = _figure(height=0.45 * len(parts) + 1.5)
+    total = sum(parts.values())
+    labels = list(parts)[::-1]  # the first part on top
+    drawn = axes.barh(labels, [parts[label] for label in labels])
+    axes.bar_label(drawn, [f"{parts[label]:,.1f} ({parts[label] / total:.0%})" if total else "0" for label in labels],
+                   fontsize=7, padding=2)
+    axes.tick_params(axis="y", labelsize=7)
+    axes.set_xlabel(unit)
+    axes.margins(x=0.25)
+    axes.set_title(f"{title}\n(total {total:,.1f} {unit})", fontsize=10)
+    return _save(figure, name)
+
+
+def distribution_plot(name: str, title: str, samples: Mapping[str, Sequence[float]], *, unit: str = "ms",
+                      marks: Mapping[str, float] | None = None) -> Path:
+    """Latency distributions as empirical CDFs (x: value, log scale; y: fraction of samples at or below it), one
+    line per key with its count, p50 and p99 in the legend; ``marks`` are vertical target lines (label → value).
+    Empty sample lists are left out. Writes ``bench/results/<name>.png``."""
+    figure, (axes,) = _figure()
+    for label, values in samples.items():
+        ordered = sorted(values)
+        if not ordered:
+            continue
+        fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
+        axes.step(ordered, fractions, where="post",
+                  label=f"{label} (n={len(ordered)}, p50 {percentile(ordered, 0.5):,.0f}, "
+                        f"p99 {percentile(ordered, 0.99):,.0f} {unit})")
+    for label, value in (marks or {}).items():
+        axes.axvline(value, color="grey", linestyle="--", linewidth=1)
+        axes.annotate(label, (value, 0.05), rotation=90, fontsize=7, color="grey", ha="right", va="bottom")
+    axes.set_xscale("log")
+    axes.set_xlabel(unit)
+    axes.set_ylabel("fraction ≤ x")
+    axes.set_ylim(0, 1.02)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.set_title(title, fontsize=10)
+    axes.legend(fontsize=7, loc="lower right")
+    return _save(figure, name)
+
+
+@dataclass
+class Series:
+    """One line (or scatter, ``points=True``) of a time-series panel."""
+
+    label: str
+    x: Sequence[float]
+    y: Sequence[float]
+    points: bool = False
+    width: float = 1.2
+
+
+@dataclass
+class Panel:
+    """One panel of ``time_series_plot``: its y label, its series, horizontal target lines (label → value)."""
+
+    ylabel: str
+    series: list[Series]
+    marks: dict[str, float] = field(default_factory=dict)
+    log: bool = False
+
+
+def time_series_plot(name: str, title: str, panels: Sequence[Panel], *, xlabel: str = "seconds") -> Path:
+    """Values over time, one panel per quantity sharing the x axis (e.g. rate above, latency below). Writes
+    ``bench/results/<name>.png``."""
+    figure, axes_list = _figure(len(panels), height=3.2)
+    for axes, panel in zip(axes_list, panels, strict=True):
+        for series in panel.series:
+            if series.points:
+                axes.plot(series.x, series.y, ".", markersize=3, label=series.label)
+            else:
+                axes.plot(series.x, series.y, linewidth=series.width, label=series.label)
+        for label, value in panel.marks.items():
+            axes.axhline(value, color="grey", linestyle="--", linewidth=1)
+            axes.annotate(label, (0, value), fontsize=7, color="grey", va="bottom",
+                          xycoords=("axes fraction", "data"))
+        if panel.log:
+            axes.set_yscale("log")
+        else:
+            axes.yaxis.set_major_formatter(_thousands())
+        axes.set_ylabel(panel.ylabel)
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=7, loc="upper right")
+    axes_list[-1].set_xlabel(xlabel)
+    axes_list[0].set_title(title, fontsize=10)
+    return _save(figure, name)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` by the nearest rank; ``nan`` when there are none."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]

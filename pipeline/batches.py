@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from pipeline.errors import PipelineError
 from pipeline.spark import SparkSettings, spark_session
 from sparql_ext.window_state import BatchSummary, Step, advance, assignable
 from sparql_ext.windowing import WindowSpec
+from store.migrate import RESET_MARKER
 from store.stream import Stream
 from store.streams import StreamCatalog
 from store.windows import WindowRevision, new_revision
@@ -103,6 +105,7 @@ class WindowPipeline:
     def start(self) -> None:
         """Create the session and start the query (blocking, ~6 s the first time in a process)."""
         try:
+            self._restart_from_scratch_if_asked()
             self.spark = spark_session(self.settings)
             self.root.mkdir(parents=True, exist_ok=True)
             self._stopping.clear()
@@ -113,6 +116,19 @@ class WindowPipeline:
         self._supervisor = threading.Thread(target=self._supervise, name="window-pipeline", daemon=True)
         self._supervisor.start()
         self.ready.set()
+
+    def _restart_from_scratch_if_asked(self) -> None:
+        """A migrated log (``store.migrate``) no longer matches the checkpoint's positions: start a new one."""
+        marker = self.checkpoint.parent / RESET_MARKER
+        if not marker.exists():
+            return
+        shutil.rmtree(self.checkpoint, ignore_errors=True)
+        for name in self.catalog.names():
+            stream = self.catalog.find(name)
+            if stream is not None:
+                stream.windows.restart_batches()
+        marker.unlink()
+        log.warning("window pipeline: a new checkpoint (the element logs were migrated); every log is read again")
 
     def start_in_background(self) -> threading.Thread:
         """``start()`` in a daemon thread, so a server can answer requests while Spark boots."""

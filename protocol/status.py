@@ -40,7 +40,9 @@ def _stream_status(stream: Stream) -> dict[str, object]:
         "elements": len(stream), "head": stream.head() if len(stream) else 0,
         "stream_time": None if stream.stream_time is None else format_micros(stream.stream_time),
         "rate_per_second": stream.rate(60_000_000),
-        "sequences": {s.ref: {"windows_emitted": stream.windows.emitted(s.id),
-                              "next_window": stream.windows.state.next_index.get(s.id)}
+        "ingest": stream.ingest_status(),
+        # by sequence id: a HEAD ref registered at two HEADs is two sequences
+        "sequences": {s.id: {"ref": s.ref, "windows_emitted": stream.windows.emitted(s.id),
+                             "next_window": stream.windows.state.next_index.get(s.id)}
                       for s in stream.windows.sequences()},
     }

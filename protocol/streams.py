@@ -300,6 +300,7 @@ def _upload(stream: Stream) -> Response:
              **({"Revision-Ordinal": str(last)} if last is not None else {})},
         ) from None
     stream.flush()
+    stream.ingest.framing_seconds += framer.seconds
     return _upload_answer(stream, committed, first, last)
 
 

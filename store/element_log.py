@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,8 @@ class ElementLog:
         self._lock = threading.Lock()  # segments list and file handles (reads come from many threads)
         self._segments: list[_Segment] = [_Segment(base) for base in segment_bases(directory)]
         self._readers: dict[int, int] = {}  # segment base -> an open file descriptor of its .dat
+        self.fsync_seconds = 0.0  # spent waiting for the disk (both fsyncs of every append)
+        self.bytes_written = 0
 
     # -- paths ---------------------------------------------------------------------------------------------------
 
@@ -133,19 +136,23 @@ class ElementLog:
                 location = None
             locations.append(location)
             lines.append(encode(record))
-        if blobs:
-            with self._path(segment.base, ".dat").open("ab") as out:
-                out.write(b"".join(blobs))
-                out.flush()
-                os.fsync(out.fileno())
         text = ("\n".join(lines) + "\n").encode()
-        with self._path(segment.base, ".jsonl").open("ab") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
+        content = b"".join(blobs)
+        if content:
+            self._write(segment.base, ".dat", content)
+        self._write(segment.base, ".jsonl", text)
+        self.bytes_written += len(content) + len(text)
         segment.content = offset
         segment.records += len(text)
         return locations
+
+    def _write(self, base: int, suffix: str, data: bytes) -> None:
+        with self._path(base, suffix).open("ab") as out:
+            out.write(data)
+            out.flush()
+            started = time.perf_counter()
+            os.fsync(out.fileno())
+            self.fsync_seconds += time.perf_counter() - started
 
     def _writable(self) -> _Segment:
         with self._lock:

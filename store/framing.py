@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
@@ -72,6 +73,7 @@ class ElementFramer:
         self._base_iri = base_iri
         self.next_label = first_ordinal
         self.bytes_read = 0
+        self.seconds = 0.0  # spent canonicalizing and cutting (not waiting for bytes)
         self._seen: set[bytes] = set()
         self._prefixes: dict[str, str] = {}
         self._stamp = re.compile(
@@ -86,6 +88,7 @@ class ElementFramer:
             self.bytes_read += len(data)
             eof = not data
             buffer += data
+            started = time.perf_counter()
             cut, canonical = self._segment(buffer, eof)
             if cut is None:  # nothing confirmed: the precise path frames what is left and raises
                 yield from self._precise(pending, buffer, base)
@@ -96,6 +99,7 @@ class ElementFramer:
                 except _OffFastPath:  # the precise path frames this segment again, and what follows
                     yield from self._precise(pending, buffer, base)
                     return
+                self.seconds += time.perf_counter() - started
                 yield from framed
                 pending = pending_after
                 buffer, base = buffer[cut:], base + cut

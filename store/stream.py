@@ -21,9 +21,10 @@ import json
 import random
 import shutil
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,22 @@ _MAX_BATCH = 5_000  # elements per commit: bounds the latency of a batch during 
 WINDOW_STORES_KEPT = 8  # in-memory window datasets per stream (window_store)
 
 
+@dataclass
+class IngestStats:
+    """Where a stream's ingestion time goes: framing (the upload threads: ``store.framing``), committing (the
+    committer thread: records, index), of which fsync (waiting for the disk). Seconds since start-up."""
+
+    framing_seconds: float = 0.0
+    commit_seconds: float = 0.0
+    fsync_seconds: float = 0.0
+    commits: int = 0
+    elements: int = 0
+    bytes_written: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {key: round(value, 4) if isinstance(value, float) else value for key, value in asdict(self).items()}
+
+
 class Stream(StreamIndex):
     """A stream's elements and their index. Thread-safe: many uploaders, many readers."""
 
@@ -59,6 +76,7 @@ class Stream(StreamIndex):
         super().__init__(config.uuid_prefix, time_ordered=config.lateness > 0)
         self._window_lock = threading.Lock()
         self._window_stores: OrderedDict[tuple[int, ...], Store] = OrderedDict()  # see window_store
+        self.ingest = IngestStats()  # where ingestion's time goes (GET /status: streams.NAME.ingest)
         # Accepting (validation + ordinal assignment) is serialized; committing is the committer's.
         self._accept_lock = threading.Lock()
         self._accepted_head = 0
@@ -100,6 +118,12 @@ class Stream(StreamIndex):
             self._keep_time_order()
 
     # -- reading ------------------------------------------------------------------------------
+
+    def ingest_status(self) -> dict[str, object]:
+        """``IngestStats`` with the log's own counters (fsync time, bytes written)."""
+        self.ingest.fsync_seconds = self._log.fsync_seconds
+        self.ingest.bytes_written = self._log.bytes_written
+        return self.ingest.to_json()
 
     def contents(self, ordinals: Iterable[int]) -> bytes:
         """The canonical TriG of these retained elements: each one's timestamp triple, then its graph block. As a
@@ -242,6 +266,7 @@ class Stream(StreamIndex):
 
     def _commit(self, batch: list[tuple[int, ParsedElement | str]]) -> None:
         """Append a group's records and contents to the log durably, then make them visible in the index."""
+        started = time.perf_counter()
         commit_time = now_micros()
         entries: list[tuple[LogRecord, bytes | None]] = []
         head = self.head()
@@ -268,6 +293,9 @@ class Stream(StreamIndex):
             for ordinal, element, _ in elements:
                 if ordinal:
                     self._accepted_graphs.discard(str(element.graph))
+        self.ingest.commits += 1
+        self.ingest.elements += len(elements)
+        self.ingest.commit_seconds += time.perf_counter() - started
 
     def _content(self, element: ParsedElement) -> bytes:
         """An element's content in the log: its timestamp triple as it came (written from its time when the stream

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from store.errors import InvalidStreamName, StreamConflict, StreamNotFound
+from store.migrate import migrate_stream
 from store.stream import Stream
 from store.stream_config import StreamConfig
 
@@ -36,6 +37,7 @@ class StreamCatalog:
         directory.mkdir(parents=True, exist_ok=True)
         for child in sorted(directory.iterdir()):
             if (child / "config.json").exists():
+                migrate_stream(child, directory.parent / "spark")  # an earlier version's layout, once
                 self._streams[child.name] = Stream.open(child, in_memory=in_memory)
         # called after a stream is created or reconfigured (new aliases): rules re-discover their inputs
         self.on_change: list[Callable[[Stream], None]] = []

@@ -304,6 +304,13 @@ class WindowLog:
             return found
         return next((r for r in reversed(self.revisions(sequence)) if r.index < index and keep(r)), None)
 
+    def restart_batches(self) -> None:
+        """The pipeline starts from a new checkpoint (batch ids from 0 again): forget the last batch id applied.
+        Replaying the log then changes nothing: windows are materialized from ``next_index`` on."""
+        with self._changed:
+            self.state.batch = -1
+            write_json(self._state_path, self.state.to_json())
+
     def commit(self, batch: int, revisions: list[WindowRevision], state: PipelineState) -> bool:
         """Materialize ``revisions`` and record ``state`` as of Spark batch ``batch``.
 

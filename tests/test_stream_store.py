@@ -5,6 +5,7 @@ records."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,43 @@ def test_lateness_keeps_a_time_ordered_index(tmp_path: Path) -> None:
     assert [e.ordinal for e in s.between(T10 + 9 * MINUTE, T10 + 11 * MINUTE, backward=False)] == [1, 2]
     assert s.last_at_or_before(T10 + 9 * MINUTE + 1) == 2
     s.close()
+
+
+def test_a_stream_of_the_earlier_layout_moves_into_the_element_log(tmp_path: Path) -> None:
+    """Earlier versions kept element graphs in a RocksDB store (each timestamp triple in a graph of its own) and
+    records without content in log.jsonl: opening the catalog moves them into the element log, once."""
+    from pyoxigraph import Literal, Store
+
+    from store.streams import StreamCatalog
+
+    directory = tmp_path / "data" / "streams" / "old"
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text(json.dumps(StreamConfig("old", uuid_prefix=0x1234).to_json()))
+    old = Store(str(directory / "store"))
+    xsd = NamedNode("http://www.w3.org/2001/XMLSchema#dateTime")
+    records = []
+    for ordinal, minute in ((1, 0), (2, 1)):
+        graph = NamedNode(f"http://ex/e{ordinal}")
+        old.add(Quad(NamedNode("x:s"), NamedNode("x:p"), Literal("0" + str(ordinal), datatype=NamedNode(
+            "http://www.w3.org/2001/XMLSchema#integer")), graph))
+        old.add(Quad(graph, NamedNode(PROV), Literal(f"2016-06-20T12:{minute:02d}:00+02:00", datatype=xsd),
+                     NamedNode(f"urn:x-concentrator:timestamp:{ordinal}")))
+        records.append({"o": ordinal, "t": T10 + minute * MINUTE, "g": f"<http://ex/e{ordinal}>", "c": 7})
+    records.insert(1, {"p": T10 + 30_000_000, "c": 7})
+    (directory / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    del old
+    catalog = StreamCatalog(tmp_path / "data" / "streams")
+    stream = catalog.get("old")
+    assert stream.head() == 2 and [e.time for e in stream.elements(1, 2)] == [T10, T10 + MINUTE]
+    assert stream.punctuations == 1 and stream.record(2).commit == 7  # type: ignore[union-attr]
+    quads = {str(q) for q in stream.dataset_quads([1, 2])}
+    # what the old store held (it wrote typed literals back canonically: "01" became "1"), as it held it
+    assert '<x:s> <x:p> "1"^^<http://www.w3.org/2001/XMLSchema#integer> <http://ex/e1>' in quads
+    assert f'<http://ex/e2> <{PROV}> "2016-06-20T12:01:00+02:00"^^<http://www.w3.org/2001/XMLSchema#dateTime>' \
+        in quads
+    assert (directory / "log.jsonl.migrated").exists() and (directory / "store.migrated").exists()
+    assert (tmp_path / "data" / "spark" / "pipeline-reset").exists()  # the pipeline starts a new checkpoint
+    catalog.close()
+    again = StreamCatalog(tmp_path / "data" / "streams")  # once: the element log is read as it is
+    assert again.get("old").head() == 2
+    again.close()

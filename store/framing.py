@@ -75,6 +75,7 @@ class ElementFramer:
         self.bytes_read = 0
         self.seconds = 0.0  # spent canonicalizing and cutting (not waiting for bytes)
         self._seen: set[bytes] = set()
+        self._added: list[bytes] = []  # graphs the segment being framed added to _seen
         self._prefixes: dict[str, str] = {}
         self._stamp = re.compile(
             rb"^((?:<[^>]*>)|(?:_:\S+)) <" + re.escape(timestamp_predicate.encode()) +
@@ -150,11 +151,13 @@ class ElementFramer:
         """The elements one canonical segment completes, and the one still pending after it (it may go on);
         ``_OffFastPath`` before anything is given out when the segment is not for the fast path."""
         framed: list[ParsedElement] = []
-        seen_before, label_before = set(self._seen), self.next_label
+        label_before, self._added = self.next_label, []
         try:
             pending = self._frame_into(canonical, base, pending, framed)
         except (_OffFastPath, ElementRejected):
-            self._seen, self.next_label = seen_before, label_before
+            # undo what this segment added (copying the set instead would make a long upload quadratic)
+            self._seen.difference_update(self._added)
+            self.next_label = label_before
             raise _OffFastPath() from None
         return framed, pending
 
@@ -198,6 +201,7 @@ class ElementFramer:
 
     def _finish(self, pending: _Pending) -> ParsedElement:
         self._seen.add(pending.graph)
+        self._added.append(pending.graph)
         name = pending.graph.decode()
         term: ElementName = BlankNode(name[2:]) if name.startswith("_:") else NamedNode(name[1:-1])
         time = None

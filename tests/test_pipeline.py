@@ -322,7 +322,7 @@ def test_replayed_batch_changes_nothing(env: Env) -> None:
     before = (got(stream, seq), stream.windows.state.to_json())
     spark = env.pipeline.spark
     assert spark is not None
-    rows = [(stream.config.name, "element", 3, None, None, None, None, 0, 0, None, None, None)]
+    rows = [(stream.config.name, "element", 3, None, None, 0, 0, None, None, None)]
     env.pipeline.apply_batch(spark.createDataFrame(rows, SCHEMA), stream.windows.state.batch)
     assert (got(stream, seq), stream.windows.state.to_json()) == before
     assert len(before[0]) == 2

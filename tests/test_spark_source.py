@@ -107,6 +107,35 @@ def test_positions_run_on_across_segments_and_retention_removes_whole_ones(tmp_p
     assert [r["ordinal"] for r in rows] == [2]
 
 
+def test_records_read_columnar_equal_a_line_by_line_read_and_skip_what_is_not_a_record(tmp_path: Path) -> None:
+    """The columnar decode (pyarrow's JSON reader) gives the rows the per-line decode gives, by hand: kinds,
+    ordinals (a registration's: the element before it, or null), times, content locations, positions; a line
+    that is JSON but not a record is skipped, and a line that is not JSON makes the range read line by line."""
+    lines = [element(1, T0) | {"d": 0, "n": 70}, {"r": "q", "h": None, "c": 2}, {"p": T0 + S, "c": 3},
+             {"x": 1}, element(2, T0 + 2 * S) | {"d": 70, "n": 5}, {"r": "q2", "h": 2, "c": 4}]
+    append(tmp_path, "a", *lines)
+    reader = ElementLogReader(tmp_path)
+    end = reader.latestOffset({}, None)  # type: ignore[arg-type]
+    text = log_file(tmp_path, "a").read_bytes()
+    starts = [0] + [i + 1 for i, byte in enumerate(text) if byte == 10][:-1]
+    expected = [("element", 1, T0, None, 0, 0, 70, starts[0]), ("registration", None, None, "q", None, None, None,
+                starts[1]), ("punctuation", None, T0 + S, None, None, None, None, starts[2]),
+                ("element", 2, T0 + 2 * S, None, 0, 70, 5, starts[4]),
+                ("registration", 2, None, "q2", None, None, None, starts[5])]
+
+    def rows() -> list[tuple[object, ...]]:
+        found = [r for batch in reader.read(reader.partitions({}, end)[0]) for r in batch.to_pylist()]
+        return [(r["kind"], r["ordinal"], None if r["time"] is None else
+                 int((r["time"] - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(microseconds=1)),
+                 r["sequence"], r["segment"], r["offset"], r["length"], r["position"]) for r in found]
+
+    assert rows() == expected
+    with open(log_file(tmp_path, "a"), "r+b") as f:  # the unknown record becomes a line that is not JSON at all
+        f.seek(starts[3])
+        f.write(b"{not json"[: starts[4] - starts[3] - 1].ljust(starts[4] - starts[3] - 1, b" "))
+    assert rows() == expected
+
+
 # ---------------------------------------------------------------------------------- the streaming source
 
 
@@ -287,13 +316,13 @@ CASES: list[tuple[str, Spec, list[tuple[int, int]], set[tuple[int, int]]]] = [
 def _batch(spark: SparkSession) -> DataFrame:
     base = datetime(1970, 1, 1, tzinfo=UTC)
     rows = [
-        (name, "element", o, base + timedelta(microseconds=t), None, None, None, 0, i, None, None, None)
+        (name, "element", o, base + timedelta(microseconds=t), None, 0, i, None, None, None)
         for name, _, elements, _ in CASES
         for i, (o, t) in enumerate(elements)
     ]
-    rows.append(("forward-sliding", "punctuation", None, base + timedelta(microseconds=at(10, 3)), *[None] * 3, 0, 99,
+    rows.append(("forward-sliding", "punctuation", None, base + timedelta(microseconds=at(10, 3)), None, 0, 99,
                  *[None] * 3))
-    rows.append(("elsewhere", "element", 1, base + timedelta(microseconds=at(10, 0)), *[None] * 3, 0, 0, *[None] * 3))
+    rows.append(("elsewhere", "element", 1, base + timedelta(microseconds=at(10, 0)), None, 0, 0, *[None] * 3))
     return spark.createDataFrame(rows, SCHEMA)
 
 
@@ -368,7 +397,7 @@ def test_time_arithmetic_equals_spark_window(spark: SparkSession, backward: bool
     spec = Spec("time", backward, at(10, 0, 7), 150 * S, M, "time", 1 if backward else 0, None)
     base = datetime(1970, 1, 1, tzinfo=UTC)
     offsets = sorted({b + d for b in range(-200 * S, 600 * S, 10 * S) for d in (-1, 0, 1)})
-    rows = [("a", "element", o, base + timedelta(microseconds=spec.origin + off), None, None, None, 0, o, *[None] * 3)
+    rows = [("a", "element", o, base + timedelta(microseconds=spec.origin + off), None, 0, o, *[None] * 3)
             for o, off in enumerate(offsets, start=1)]
     batch = spark.createDataFrame(rows, SCHEMA)
     ours = {(r.k, r.ordinal) for r in assign_windows(batch, [("s", "a", spec)]).collect()}

@@ -18,6 +18,18 @@ class StreamConfig:
     aliases: list[str] = field(default_factory=list)  # other IRIs (e.g. urn:uuid:…) naming this stream
     uuid_prefix: int = 0  # high 64 bits of this stream's revision UUIDs (random at creation)
     write_token_sha256: str | None = None  # a token that may write to this stream (protocol/access.py)
+    # Fed from MQTT (connectors/, docs/connectors.md): the topic filters subscribed to, the media type of a message
+    # without an MQTT 5 content type, the predicate whose object is a Turtle / JSON-LD message's timestamp (None:
+    # receipt time), the IRI template of such a message's element graph, and where bad messages go.
+    mqtt_topics: list[str] = field(default_factory=list)
+    mqtt_format: str = "application/trig"
+    timestamp_path: str | None = None
+    graph_template: str | None = None
+    dead_letter: str | None = None  # None: "<name>-dead-letter"
+
+    @property
+    def dead_letter_stream(self) -> str:
+        return self.dead_letter or f"{self.name}-dead-letter"
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

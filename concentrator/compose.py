@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from connectors.broker import Broker, parse_broker
+from connectors.broker import Broker as Broker  # re-exported: the CLI names it
+from connectors.broker import parse_broker
 from connectors.hub import MqttConnector
 from protocol.services import ServerConfig, Services
 from rules.firing import RuleRunner

@@ -11,15 +11,10 @@ from pathlib import Path
 from connectors.broker import Broker, client_id_prefix
 from connectors.mqtt_in import StreamSubscriber
 from connectors.mqtt_out import Publications, Publisher
-from protocol.services import Connectors, Publication, Services
+from protocol.services import Connectors, Services, rule_publication
 from store.stream import Stream
 
 log = logging.getLogger(__name__)
-
-
-def rule_publication_name(rule: str) -> str:
-    """The publication a rule's ``publish=`` makes on its output stream."""
-    return f"rule-{rule}"
 
 
 class MqttConnector:
@@ -53,11 +48,11 @@ class MqttConnector:
 
     def publish_rule(self, rule: str, output: str, topic: str, base_url: str) -> None:
         """Publish the rule's output elements to ``topic`` (kept as it is when it already does)."""
-        name = rule_publication_name(rule)
-        existing = [p for p in self.publications.describe(output, None) if p["name"] == name]
+        publication = rule_publication(rule, output, topic, base_url)
+        existing = [p for p in self.publications.describe(output, None) if p["name"] == publication.name]
         if existing and existing[0]["topic"] == topic:
             return
-        self.publications.put(Publication(output, name, topic, base=base_url, rule=rule))
+        self.publications.put(publication)
 
     def stream_changed(self, stream: Stream) -> None:
         name, topics = stream.config.name, stream.config.mqtt_topics

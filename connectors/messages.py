@@ -30,16 +30,9 @@ from connectors.errors import MessageRejected, UnsupportedMessageFormat
 from store.elements import ParsedElement, parse_timestamp, single_element
 from store.errors import RdfSyntaxError
 from store.framing import ElementFramer
-from store.stream_config import StreamConfig
+from store.stream_config import MESSAGE_FORMATS, StreamConfig
 from store.terms import named_node
 
-MESSAGE_FORMATS = {
-    "application/trig": RdfFormat.TRIG,
-    "application/n-quads": RdfFormat.N_QUADS,
-    "text/turtle": RdfFormat.TURTLE,
-    "application/n-triples": RdfFormat.N_TRIPLES,
-    "application/ld+json": RdfFormat.JSON_LD,
-}
 # the namespace of dead-letter descriptions (urn:x-concentrator: is this server's own)
 DEAD = "urn:x-concentrator:dead-letter#"
 _XSD = "http://www.w3.org/2001/XMLSchema#"

@@ -185,8 +185,9 @@ class _Runner:
         if sequence is None:
             raise StreamNotFound(f"the publication's window sequence {cursor.sequence} is gone (retired)")
         spec = parse_report(publication.report, publication.operator)
-        produce = producer(stream, publication.query, self._evaluator, publication.base, spec,
-                           publication.media_type, self._shared)
+        base_iri = f"{publication.base}/streams/{publication.stream}"  # a continuous response's base IRI
+        produce = producer(stream, publication.query, self._evaluator, base_iri, spec, publication.media_type,
+                           self._shared)
         stream.windows.hold(sequence.id)
         try:
             seed = seed_window(stream, sequence, Start(cursor.next_index, cursor.next_index > 0, ""), spec)

@@ -98,6 +98,11 @@ class Publication:
     rule: str | None = None
 
 
+def rule_publication(rule: str, output: str, topic: str, base: str) -> Publication:
+    """What a rule's ``publish=`` topic is: a publication of its output elements, named after it."""
+    return Publication(output, f"rule-{rule}", topic, base=base, rule=rule)
+
+
 class PublicationRegistry(Protocol):
     """What the HTTP layer asks of the MQTT publisher (``connectors.mqtt_out.Publications`` implements it)."""
 

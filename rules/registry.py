@@ -241,6 +241,9 @@ class RuleRegistry:
         with self._lock:
             return [self._rules[name] for name in sorted(self._rules)]
 
+    def find(self, name: str) -> Rule | None:
+        return self._rules.get(name)
+
     def get(self, name: str) -> Rule:
         rule = self._rules.get(name)
         if rule is None:

@@ -29,6 +29,7 @@ from protocol.stream_params import (
     timeout_seconds,
     windowed_params,
 )
+from protocol.websocket import continuous_websocket, upload_websocket
 from sparql_ext import parse_instant
 from sparql_ext.errors import ConcentratorError
 from sparql_ext.windowing import format_micros, to_micros
@@ -105,6 +106,20 @@ def stream_resource(name: str) -> Response:
             return _dataset_response(stream, revision_selection(stream, revision_parameter()))
         return jsonify(_describe(stream))
     return _dataset_response(stream, _select_window(stream, params.windows))
+
+
+@bp.route("/streams/<name>", methods=["GET"], websocket=True)
+@reads(*STREAM_PARAMETERS)
+def stream_websocket(name: str) -> Response:
+    """A WebSocket at the stream IRI: window results with ``WINDOWS=R…``, else an upload (protocol/websocket.py)."""
+    stream = _catalog().get(name)
+    params = windowed_params(request.query_string.decode("latin-1"))
+    if params.windows is None:
+        return upload_websocket(stream)
+    if not parse_window_ref(params.windows).repeating:
+        raise BadRequest(f"WINDOWS={params.windows}: a WebSocket sends one message per window of a repeating "
+                         "WindowRef (R/…); GET the IRI over HTTP for one window")
+    return continuous_websocket(stream, params.windows, _query_text(params.extra))
 
 
 ELEMENTS_LIMIT = 10_000  # records per GET /streams/{name}/elements page

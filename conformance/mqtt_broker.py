@@ -35,7 +35,7 @@ class Mosquitto:
     """A Mosquitto process; ``stop()`` ends it as an administrator would (SIGTERM: it saves its sessions),
     ``start()`` runs it again with the same configuration, port and saved state."""
 
-    def __init__(self, directory: Path, port: int) -> None:
+    def __init__(self, directory: Path, port: int, inflight: int = 20) -> None:
         self.directory = directory
         self.port = port
         self.url = f"mqtt://127.0.0.1:{port}"
@@ -49,6 +49,9 @@ class Mosquitto:
             # a persistent session keeps every QoS 1 message published while its client is away (the default
             # drops those past 1000)
             "max_queued_messages 0",
+            # QoS 1 messages sent to a client before its first PUBACK (Mosquitto's default is 20): the server
+            # acknowledges after a commit, so this bounds how many elements one commit makes durable
+            f"max_inflight_messages {inflight}",
             f"log_dest file {directory}/mosquitto.log",
             f"user {pwd.getpwuid(os.getuid()).pw_name}",  # as root it would switch to 'mosquitto' (no access here)
             "",
@@ -84,9 +87,9 @@ class Mosquitto:
 
 
 @contextlib.contextmanager
-def running_broker() -> Iterator[Mosquitto]:
+def running_broker(inflight: int = 20) -> Iterator[Mosquitto]:
     with tempfile.TemporaryDirectory(prefix="mosquitto-") as tmp:
-        broker = Mosquitto(Path(tmp), free_port())
+        broker = Mosquitto(Path(tmp), free_port(), inflight)
         broker.start()
         try:
             yield broker

@@ -20,6 +20,7 @@ from rules.tasks import PLACEMENTS
 if TYPE_CHECKING:
     from flask import Flask
 
+    from concentrator.compose import Broker
     from rules.tasks import Placement
 
 
@@ -63,6 +64,17 @@ def _seconds(text: str) -> float:
     if not 0 < value <= 3600:
         raise argparse.ArgumentTypeError(f"{text!r}: give seconds, more than 0 and at most 3600")
     return value
+
+
+def _broker(text: str) -> Broker:
+    """``--mqtt``: a broker URL (connectors.broker)."""
+    from concentrator.compose import mqtt_broker
+    from sparql_ext.errors import ConcentratorError
+
+    try:
+        return mqtt_broker(text)
+    except ConcentratorError as error:
+        raise argparse.ArgumentTypeError(error.message) from None
 
 
 def _is_loopback(host: str) -> bool:
@@ -116,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--service-allow", action="append", default=[], metavar="HOST[:PORT]",
                        help="a host SERVICE (in queries and rules) may reach over HTTP; repeatable; '*' for any "
                             "(default: only this server)")
+    serve.add_argument("--mqtt", type=_broker, default=None, metavar="URL",
+                       help="an MQTT broker, mqtt://[USER[:PASSWORD]@]HOST[:PORT] (mqtts:// for TLS): streams with "
+                            "mqtt-topic settings are fed from it, publications publish to it (docs/connectors.md)")
     tail = commands.add_parser("tail", help="follow a continuous response (a repeating windowed IRI) in the terminal")
     tail.add_argument("url", help="a stream URL, e.g. http://127.0.0.1:8080/streams/hr")
     tail.add_argument("windows", help="a repeating WindowRef, e.g. R/HEAD/PT05M/PT01M")
@@ -250,13 +265,14 @@ def tail(args: argparse.Namespace) -> int:
 
 
 def build_app(config: ServerConfig, spark_master: str | None, rules_dir: Path | None = None,
-              base_url: str = "", rules_on: Placement = "auto", spark_conf: dict[str, str] | None = None) -> Flask:
+              base_url: str = "", rules_on: Placement = "auto", spark_conf: dict[str, str] | None = None,
+              mqtt: Broker | None = None) -> Flask:
     """The server (``concentrator.compose.assemble``) and its HTTP app; called in gunicorn's worker process."""
     from concentrator.compose import assemble
     from protocol import create_app
 
     server = assemble(config, spark_master=spark_master, rules_dir=rules_dir, base_url=base_url, rules_on=rules_on,
-                      spark_conf=spark_conf)
+                      spark_conf=spark_conf, mqtt=mqtt)
     for error in server.rule_errors:
         print(f"concentrator: rule not loaded: {error}", file=sys.stderr)
     server.start()
@@ -282,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         master = None if args.no_pipeline else args.spark_master
         serve(config, args.host, args.port, args.threads, args.header_timeout, make_app=partial(
             build_app, spark_master=master, rules_dir=args.rules, base_url=f"http://{args.host}:{args.port}",
-            rules_on=args.rules_on, spark_conf=dict(args.spark_conf)))
+            rules_on=args.rules_on, spark_conf=dict(args.spark_conf), mqtt=args.mqtt))
     elif args.command == "tail":
         return tail(args)
     elif args.command == "replay":

@@ -1,6 +1,7 @@
 """The composition root: the one place that wires every part of the server together — the services the HTTP
 layer uses (dataset, streams, evaluator, rules), the Spark window pipeline, and rule firing on the windows the
-pipeline commits. ``concentrator serve`` and ``concentrator replay`` both build their server with ``assemble``."""
+pipeline commits, and the MQTT connector (``serve --mqtt``). ``concentrator serve`` and ``concentrator replay`` both
+build their server with ``assemble``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from connectors.broker import Broker as Broker  # re-exported: the CLI names it
+from connectors.broker import parse_broker
+from connectors.hub import MqttConnector
 from protocol.services import ServerConfig, Services
 from rules.firing import RuleRunner
 from rules.tasks import ExecutorPool, Placement
@@ -21,15 +25,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def mqtt_broker(url: str) -> Broker:
+    """``serve --mqtt URL``: the broker (BrokerSettingInvalid when the URL is not one)."""
+    return parse_broker(url)
+
+
 @dataclass
 class Server:
-    """A server's parts, assembled; ``start()`` starts the pipeline, ``close()`` stops and closes everything in
-    order (the pipeline first: its batches write to the streams and fire rules)."""
+    """A server's parts, assembled; ``start()`` starts the MQTT connector and the pipeline, ``close()`` stops and
+    closes everything in order (the pipeline first: its batches write to the streams and fire rules; then MQTT,
+    whose messages become elements)."""
 
     services: Services
     runner: RuleRunner
     pipeline: WindowPipeline | None = None
     rule_errors: list[str] = field(default_factory=list)  # rules of the rules directory that did not load
+    mqtt: MqttConnector | None = None
+    base_url: str = ""
     _starting: threading.Thread | None = None
     _closed: bool = False
 
@@ -39,6 +51,8 @@ class Server:
         caught_up = self.runner.catch_up()
         if caught_up:
             log.warning("fired rules on %d window(s) committed before the last stop", caught_up)
+        if self.mqtt is not None:  # before the pipeline: its publications hold their window sequences
+            self.mqtt.start(self.base_url)
         if self.pipeline is None:
             return None
         if background:
@@ -56,16 +70,18 @@ class Server:
                 self._starting.join()  # a stop before the query runs would not stop the query started after it
             if self.pipeline is not None:
                 self.pipeline.stop(stop_session=True)
+            if self.mqtt is not None:
+                self.mqtt.close()
         finally:
             self.services.close()
 
 
 def assemble(config: ServerConfig, *, spark_master: str | None, rules_dir: Path | None = None, base_url: str = "",
              rules_on: Placement = "auto", spark_conf: dict[str, str] | None = None,
-             prepare: Callable[[Services], None] | None = None) -> Server:
+             prepare: Callable[[Services], None] | None = None, mqtt: Broker | None = None) -> Server:
     """Open the services of ``config``, ``prepare`` them (replay: its streams and base data), load the rules
-    directory, and wire the pipeline (``spark_master`` None: no pipeline, repeating windows never complete) to rule
-    firing."""
+    directory, wire the pipeline (``spark_master`` None: no pipeline, repeating windows never complete) to rule
+    firing, and the MQTT connector to ``mqtt`` (None: no MQTT)."""
     opened = Services.open(config)
     if prepare is not None:
         prepare(opened)
@@ -83,4 +99,5 @@ def assemble(config: ServerConfig, *, spark_master: str | None, rules_dir: Path 
                         pool=None if spark is None else ExecutorPool(lambda: spark.spark))
     if pipeline is not None:
         pipeline.on_windows.append(runner.on_windows)
-    return Server(opened, runner, pipeline, errors)
+    connector = MqttConnector(mqtt, config.data_dir, opened) if mqtt is not None else None
+    return Server(opened, runner, pipeline, errors, connector, base_url)

@@ -4,6 +4,8 @@ A **write** is anything that changes the server: SPARQL Update, Graph Store Prot
 configuration, upload and punctuation, rule management. Queries are reads, whatever their method (a POST of
 ``application/sparql-query`` or a ``query=`` form to ``/sparql`` or a stream IRI).
 
+A WebSocket opened to a stream IRI without ``WINDOWS`` is an upload, hence a write.
+
 - ``token``: writes need ``Authorization: Bearer <token>``: none → 401 (with ``WWW-Authenticate``), another →
   403; nothing is written either way (the check runs before the request body is read).
 - **per-stream write tokens** (``PUT /streams/NAME?write-token=…``, kept as a SHA-256): the stream's uploads,
@@ -31,9 +33,12 @@ from protocol.services import services
 FORM = "application/x-www-form-urlencoded"
 
 
-def is_write(method: str, path: str, content_type: str, form_has_update: bool) -> bool:
-    """Whether a request changes the server (see the module docstring)."""
+def is_write(method: str, path: str, content_type: str, form_has_update: bool, websocket_upload: bool = False) -> bool:
+    """Whether a request changes the server (see the module docstring). ``websocket_upload``: a WebSocket opened
+    to a stream IRI without ``WINDOWS`` (its messages are elements: protocol/websocket.py)."""
     method = method.upper()
+    if websocket_upload and path.startswith("/streams/"):
+        return True
     if method in ("GET", "HEAD", "OPTIONS"):
         return False
     mimetype = content_type.split(";")[0].strip().lower()
@@ -79,7 +84,8 @@ def install(app: Flask, token: str | None, read_only: bool, rate_limit: float | 
                                   f"second; retry in {wait:.1f} s", 429, {"Retry-After": str(max(1, round(wait)))})
         form_has_update = "update" in request.args or (
             (request.mimetype or "") == FORM and b"update=" in request.get_data(cache=True)[:65536])
-        if not is_write(request.method, request.path, request.content_type or "", form_has_update):
+        upload = is_websocket(request.environ) and "WINDOWS" not in request.args
+        if not is_write(request.method, request.path, request.content_type or "", form_has_update, upload):
             return
         if read_only:
             raise HttpProblem(f"this server is read-only: {request.method} {request.path} would change it", 403)
@@ -98,6 +104,11 @@ def install(app: Flask, token: str | None, read_only: bool, rate_limit: float | 
             return
         which = "this server's or this stream's" if stream_token is not None else "this server's"
         raise HttpProblem(f"the bearer token is not {which} write token", 403)
+
+
+def is_websocket(environ: dict[str, object]) -> bool:
+    """A WebSocket opening handshake (RFC 6455 §4.1: ``Upgrade: websocket``)."""
+    return str(environ.get("HTTP_UPGRADE", "")).lower() == "websocket"
 
 
 def token_hash(token: str) -> str:

@@ -28,12 +28,13 @@ import select
 import socket
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from flask import Response, request
 
 from protocol.errors import BadRequest
-from protocol.packaging import Packager, choose
+from protocol.packaging import WEBSOCKET, Packager, choose
 from protocol.responses import bounds_headers
 from protocol.resume import (
     Start,
@@ -261,13 +262,29 @@ def wants_continuous(windows: str, answer: str | None) -> bool:
     return parse_window_ref(windows).repeating and answer != "latest"
 
 
-def continuous_response(stream: Stream, windows: str, query: str | None) -> Response:
+@dataclass
+class Plan:
+    """A continuous response made ready before anything is sent (every parameter checked, the sequence
+    registered): its body (None: nothing left to send, 204), its headers and its packager."""
+
+    body: Iterator[bytes] | None
+    headers: dict[str, str]
+    packager: Packager
+
+
+def continuous_plan(stream: Stream, windows: str, query: str | None, client_gone: Callable[[], bool],
+                    websocket: bool = False) -> Plan:
+    """The body and headers of a continuous response to this request (``websocket``: one JSON message per window,
+    over a WebSocket at the same IRI, see ``protocol.websocket``)."""
     ref = parse_window_ref(windows)
     base = request.host_url.rstrip("/")
     evaluator = services().evaluator.with_local_bases([base])
     kind = kind_of(query, request.base_url)
-    packaging, media_type = choose(kind, request.headers.get("Accept"), request.args.get("packaging"),
-                                   request.args.get("format"))
+    if websocket:
+        packaging, media_type = WEBSOCKET, choose(kind, None, "multipart", request.args.get("format"))[1]
+    else:
+        packaging, media_type = choose(kind, request.headers.get("Accept"), request.args.get("packaging"),
+                                       request.args.get("format"))
     spec = parse_report(request.args.get("report"), request.args.get("operator"))
     resumed = requested_start(request.args, request.headers.get("Last-Event-ID"), packaging)
     sequence = subscribed_sequence(stream, ref, request.args.get("sequence"), resumed is not None)
@@ -280,18 +297,27 @@ def continuous_response(stream: Stream, windows: str, query: str | None) -> Resp
                "Stream-Operator": spec.operator.value}
     if ReportPolicy.CONTENT_CHANGE in spec.policies and resumed is None:
         body = arrivals_body(stream, ref, sequence, first_arrival(ref, stream), produce, packager, registration,
-                             services().continuous, gunicorn_client_gone(request.environ))
-        return HeadersAtOnce(body, mimetype=None, content_type=packager.content_type, headers=headers)
+                             services().continuous, client_gone)
+        return Plan(body, headers, packager)
     start = resumed or Start(first_index(ref, sequence, stream), False, "")
     if resumed is not None:
         check_resumable(resumed, spec)
         if past_the_end(resumed, ref.count, sequence.spec.first):
-            return Response(status=204, headers=headers)  # nothing left; EventSource stops reconnecting
+            return Plan(None, headers, packager)  # nothing left; EventSource stops reconnecting
         seed = seed_window(stream, sequence, resumed, spec)
         check_available(stream, sequence, resumed, seed, MAX_LAG)
         if seed is not None:  # evaluated, not sent: the operator's previous window, as before the interruption
             produce(list(seed.ordinals()), seed.commit, seed.end)
     body = windows_body(stream, ref, sequence, start.index, produce, packager, registration,
-                        services().continuous, gunicorn_client_gone(request.environ))
-    return HeadersAtOnce(body, mimetype=None, content_type=packager.content_type,
-                         headers={**headers, "Window-From": str(start.index)})
+                        services().continuous, client_gone)
+    return Plan(body, {**headers, "Window-From": str(start.index)}, packager)
+
+
+def continuous_response(stream: Stream, windows: str, query: str | None) -> Response:
+    if request.args.get("packaging") == WEBSOCKET:
+        raise BadRequest("packaging=websocket: open a WebSocket to this IRI instead (an HTTP Upgrade request, e.g. "
+                         "new WebSocket('ws://…/streams/NAME?WINDOWS=R/…') in a browser)")
+    plan = continuous_plan(stream, windows, query, gunicorn_client_gone(request.environ))
+    if plan.body is None:
+        return Response(status=204, headers=plan.headers)
+    return HeadersAtOnce(plan.body, mimetype=None, content_type=plan.packager.content_type, headers=plan.headers)

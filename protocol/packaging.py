@@ -5,6 +5,7 @@ parts, or server-sent events)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from protocol.errors import BadRequest, NotAcceptable
 from protocol.negotiation import DATASET_FORMATS, GRAPH_FORMATS, RESULTS_FORMATS, best_media_type
 
 PACKAGINGS = ("chunked", "lines", "multipart", "event-stream")
+WEBSOCKET = "websocket"  # one JSON text message per window over a WebSocket (protocol.websocket), never chosen by HTTP
 
 OFFERED: dict[str, dict[str, Any]] = {"quads": DATASET_FORMATS, "triples": GRAPH_FORMATS, "solutions": RESULTS_FORMATS,
            "boolean": RESULTS_FORMATS}
@@ -76,6 +78,8 @@ class Packager:
         return b""
 
     def part(self, headers: dict[str, str], body: bytes) -> bytes:
+        if self.packaging == WEBSOCKET:  # the window's headers, its media type and its document (text: UTF-8)
+            return json.dumps({**headers, "Content-Type": self.media_type, "body": body.decode("utf-8")}).encode()
         if self.packaging == "multipart":
             head = "".join(f"{k}: {v}\r\n" for k, v in {"Content-Type": self.media_type, **headers}.items())
             return f"\r\n{head}\r\n".encode() + body + f"\r\n--{self.boundary}".encode()
@@ -91,6 +95,8 @@ class Packager:
 
     def notice(self, message: str) -> bytes:
         """A closing remark where the packaging has room for one (none in a bare document stream)."""
+        if self.packaging == WEBSOCKET:
+            return json.dumps({"notice": message}).encode()
         if self.packaging == "multipart":
             return f"\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n{message}\r\n--{self.boundary}--\r\n".encode()
         if self.packaging == "event-stream":

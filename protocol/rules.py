@@ -1,7 +1,8 @@
 """``/rules`` and ``/rules/{name}``: rules (CONSTRUCT queries with an output stream), see rules/registry.py.
 
 - ``PUT /rules/{name}``: body ``application/sparql-query``; ``output=`` a stream name or this server's stream
-  URL (created if missing); optional ``report=`` and ``operator=`` (docs/continuous.md). 201 when new, 204
+  URL (created if missing); optional ``report=`` and ``operator=`` (docs/continuous.md); ``publish=`` an MQTT
+  topic each output element is published to (docs/connectors.md; needs ``serve --mqtt``). 201 when new, 204
   when replaced; 400 when the rule can have no windowed input or its ``SERVICE ?var`` inputs cannot be
   discovered from the dataset, or a bad report policy; 409 on a cycle.
 - ``GET /rules/{name}``: the rule's text, or its JSON status with ``Accept: application/json``.
@@ -15,8 +16,10 @@ from flask import Blueprint, Response, jsonify, request
 
 from protocol.errors import HttpProblem
 from protocol.parameters import reads
-from protocol.services import services
+from protocol.services import PublicationRegistry, rule_publication, services
+from protocol.stream_params import mqtt_topic_filter
 from rules.registry import Rule, RuleRegistry
+from sparql_ext.errors import ConcentratorError
 
 bp = Blueprint("rules", __name__)
 
@@ -35,7 +38,7 @@ def rule_json(rule: Rule) -> dict[str, object]:
             "firings": status.firings, "outputs": status.outputs, "failures": status.failures,
             "waiting": status.waiting, "placement": status.placement, "executor_firings": status.executor_firings,
             "last_latency_ms": status.last_latency_ms, "last_error": status.last_error,
-            "last_window": status.last_window, "log": status.log}
+            "last_window": status.last_window, "log": status.log, "publish": rule.publish}
 
 
 @bp.route("/rules", methods=["GET"])
@@ -45,7 +48,7 @@ def list_rules() -> Response:
 
 
 @bp.route("/rules/<name>", methods=["PUT"])
-@reads("output", "report", "operator")
+@reads("output", "report", "operator", "publish")
 def put_rule(name: str) -> Response:
     content_type = (request.mimetype or "").lower()
     if content_type != "application/sparql-query":
@@ -55,7 +58,18 @@ def put_rule(name: str) -> Response:
         raise HttpProblem("output= is required: the output stream's name or URL", 400)
     text = request.get_data(as_text=True)
     base = request.host_url.rstrip("/")
-    rule, created = _registry().put(name, text, output, base, request.args.get("report"), request.args.get("operator"))
+    publish = request.args.get("publish") or None
+    publications = services().connectors.publications
+    if publish is not None:
+        mqtt_topic_filter(publish, "publish", wildcards=False)
+        if publications is None:
+            raise HttpProblem("publish=: this server has no MQTT broker: start it with serve --mqtt mqtt://HOST:PORT",
+                              409)
+    previous = _registry().find(name)
+    rule, created = _registry().put(name, text, output, base, request.args.get("report"), request.args.get("operator"),
+                                    publish)
+    if publications is not None:
+        _follow_publish(publications, rule.name, rule.output, publish, base, previous)
     response = jsonify(rule_json(rule)) if created else Response(status=204)
     if created:
         response.status_code = 201
@@ -76,5 +90,21 @@ def get_rule(name: str) -> Response:
 @bp.route("/rules/<name>", methods=["DELETE"])
 @reads()
 def delete_rule(name: str) -> Response:
+    rule = _registry().get(name)
     _registry().delete(name)
+    publications = services().connectors.publications
+    if publications is not None:
+        _follow_publish(publications, name, rule.output, None, "", rule)
     return Response(status=204)
+
+
+def _follow_publish(publications: PublicationRegistry, name: str, output: str, topic: str | None, base: str,
+                    previous: Rule | None) -> None:
+    """Start, move or end the publication of a rule's output elements as its ``publish=`` says."""
+    if previous is not None and previous.publish is not None and (topic is None or previous.output != output):
+        try:
+            publications.delete(previous.output, rule_publication(name, previous.output, "", base).name)
+        except ConcentratorError:
+            pass  # already gone
+    if topic is not None and (previous is None or previous.publish != topic or previous.output != output):
+        publications.put(rule_publication(name, output, topic, base))

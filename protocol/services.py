@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import requests
 from flask import Flask, current_app
@@ -78,6 +78,57 @@ class Registrations:
             return [asdict(r) for r in self._items.values()]
 
 
+@dataclass(frozen=True)
+class Publication:
+    """A standing order to publish to an MQTT topic (``PUT /streams/{stream}/publications/{name}``; docs/connectors.md,
+    "MQTT out"): each window result of ``windows`` (a repeating WindowRef; ``query`` over each window, None: the
+    window dataset, as a continuous response gives it), or, with ``windows`` None, each element of the stream (only
+    those a rule made when ``rule`` names it: a rule's ``publish=``)."""
+
+    stream: str
+    name: str
+    topic: str
+    windows: str | None = None
+    query: str | None = None
+    media_type: str = "application/trig"
+    report: str | None = None
+    operator: str | None = None
+    retain: bool = False
+    base: str = ""  # the server's base URL: resolves the query's IRIs of this server
+    rule: str | None = None
+
+
+def rule_publication(rule: str, output: str, topic: str, base: str) -> Publication:
+    """What a rule's ``publish=`` topic is: a publication of its output elements, named after it."""
+    return Publication(output, f"rule-{rule}", topic, base=base, rule=rule)
+
+
+class PublicationRegistry(Protocol):
+    """What the HTTP layer asks of the MQTT publisher (``connectors.mqtt_out.Publications`` implements it)."""
+
+    def put(self, publication: Publication) -> tuple[dict[str, object], bool]:
+        """Start (or replace) a publication; returns its description and whether it is new."""
+        ...
+
+    def delete(self, stream: str, name: str) -> None: ...
+
+    def describe(self, stream: str, name: str | None = None) -> list[dict[str, object]]: ...
+
+
+def _no_connectors() -> dict[str, object]:
+    return {"broker": None}
+
+
+@dataclass
+class Connectors:
+    """The transports other than HTTP that the composition root started (``serve --mqtt``): the broker's address
+    (None: none), their status for ``/status``, and the MQTT publications."""
+
+    broker: str | None = None
+    status: Callable[[], dict[str, object]] = _no_connectors
+    publications: PublicationRegistry | None = None
+
+
 def _not_running() -> dict[str, object]:
     return {"state": "not running"}
 
@@ -93,6 +144,7 @@ class Services:
     pipeline_status: Callable[[], dict[str, object]] = _not_running
     continuous: Registrations = field(default_factory=Registrations)  # the continuous responses running now
     window_results: SharedResults[Any] = field(default_factory=SharedResults)  # shared by continuous responses
+    connectors: Connectors = field(default_factory=Connectors)  # MQTT (serve --mqtt), set by the composition root
 
     @classmethod
     def open(cls, config: ServerConfig) -> Services:

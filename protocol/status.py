@@ -32,6 +32,7 @@ def status() -> Response:
         "static_cache": services().evaluator.cache.status(),
         "continuous": services().continuous.status(),  # registrations of continuous responses
         "continuous_window_results": services().window_results.status(),
+        "mqtt": services().connectors.status(),  # per stream and topic: messages, elements, duplicates, lag, …
     })
 
 

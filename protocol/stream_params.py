@@ -20,7 +20,8 @@ import isodate
 from protocol.errors import BadRequest
 from sparql_ext.windowed import WindowedParams, windowed_params
 
-__all__ = ["WindowedParams", "duration_micros", "is_service_identification", "timeout_seconds", "windowed_params"]
+__all__ = ["WindowedParams", "duration_micros", "is_service_identification", "mqtt_topic_filter", "timeout_seconds",
+           "windowed_params"]
 
 
 def is_service_identification(user_agent: str | None, has_query: bool) -> bool:
@@ -53,3 +54,26 @@ def timeout_seconds(text: str | None, default: float, limit: float = 3600.0) -> 
     if not 0 <= value <= limit:
         raise BadRequest(f"timeout={text!r} must be between 0 and {limit:g} seconds")
     return value
+
+
+def mqtt_topic_filter(text: str, parameter: str, *, wildcards: bool = True) -> str:
+    """An MQTT topic filter (``mqtt-topic``; MQTT 5 §4.7: ``+`` is a whole level, ``#`` the whole last level), or
+    with ``wildcards`` False a topic name to publish to.
+
+    >>> mqtt_topic_filter("ward/+/hr", "mqtt-topic"), mqtt_topic_filter("ward/#", "mqtt-topic")
+    ('ward/+/hr', 'ward/#')
+    >>> mqtt_topic_filter("ward/h+", "mqtt-topic")
+    Traceback (most recent call last):
+    ...
+    protocol.errors.BadRequest: mqtt-topic='ward/h+': '+' and '#' stand for whole topic levels ('ward/+/hr', 'ward/#')
+    """
+    levels = text.split("/")
+    if not text or "\0" in text or len(text.encode("utf-8")) > 65535:
+        raise BadRequest(f"{parameter}={text!r} is not an MQTT topic: give 1 to 65535 bytes of UTF-8, without NUL")
+    if not wildcards and ("+" in text or "#" in text):
+        raise BadRequest(f"{parameter}={text!r}: a topic to publish to has no wildcard ('+', '#')")
+    for position, level in enumerate(levels):
+        if ("+" in level and level != "+") or ("#" in level and (level != "#" or position != len(levels) - 1)):
+            raise BadRequest(f"{parameter}={text!r}: '+' and '#' stand for whole topic levels ('ward/+/hr', "
+                             "'ward/#')")
+    return text

@@ -15,7 +15,7 @@ from engine.selection import SelectedWindow, revision_selection, revision_window
 from protocol.access import token_hash
 from protocol.bodies import revision_parameter, text_body
 from protocol.continuous import continuous_response, wants_continuous
-from protocol.errors import BadRequest, NotAcceptable, UnsupportedMediaType
+from protocol.errors import BadRequest, HttpProblem, NotAcceptable, UnsupportedMediaType
 from protocol.incremental import available_reader, drain
 from protocol.negotiation import BODY_FORMATS, DATASET_FORMATS, best_media_type, body_media_type, is_utf8
 from protocol.parameters import reads
@@ -25,9 +25,11 @@ from protocol.sparql import FORM, is_extended, run_query, serialize_result
 from protocol.stream_params import (
     duration_micros,
     is_service_identification,
+    mqtt_topic_filter,
     timeout_seconds,
     windowed_params,
 )
+from protocol.websocket import continuous_websocket, upload_websocket
 from sparql_ext import parse_instant
 from sparql_ext.errors import ConcentratorError
 from sparql_ext.windowing import format_micros, to_micros
@@ -37,8 +39,8 @@ from store.elements import single_element
 from store.errors import RevisionNotFound, StreamNotFound
 from store.framing import ElementFramer
 from store.stream import Stream
-from store.stream_config import StreamConfig
-from store.streams import StreamCatalog
+from store.stream_config import MESSAGE_FORMATS, StreamConfig
+from store.streams import StreamCatalog, check_stream_name
 from store.terms import named_node
 from store.windows import WindowRevision
 
@@ -49,6 +51,7 @@ SD_ENDPOINT = "http://www.w3.org/ns/sparql-service-description#endpoint"
 XSD_DATETIME = NamedNode("http://www.w3.org/2001/XMLSchema#dateTime")
 STREAM_PARAMETERS = (
     "timestamp-predicate", "lateness", "retention", "alias", "write-token",  # PUT: settings
+    "mqtt-topic", "mqtt-format", "timestamp-path", "graph-template", "dead-letter",
     "punctuation", "graph", "timestamp",  # POST: upload
     "WINDOWS", "query", "revision-id", "timeout", "default-graph-uri", "named-graph-uri",  # windows, queries
     "answer", "packaging", "format", "report", "operator", "after", "from", "sequence",  # continuous responses
@@ -103,6 +106,20 @@ def stream_resource(name: str) -> Response:
             return _dataset_response(stream, revision_selection(stream, revision_parameter()))
         return jsonify(_describe(stream))
     return _dataset_response(stream, _select_window(stream, params.windows))
+
+
+@bp.route("/streams/<name>", methods=["GET"], websocket=True)
+@reads(*STREAM_PARAMETERS)
+def stream_websocket(name: str) -> Response:
+    """A WebSocket at the stream IRI: window results with ``WINDOWS=R…``, else an upload (protocol/websocket.py)."""
+    stream = _catalog().get(name)
+    params = windowed_params(request.query_string.decode("latin-1"))
+    if params.windows is None:
+        return upload_websocket(stream)
+    if not parse_window_ref(params.windows).repeating:
+        raise BadRequest(f"WINDOWS={params.windows}: a WebSocket sends one message per window of a repeating "
+                         "WindowRef (R/…); GET the IRI over HTTP for one window")
+    return continuous_websocket(stream, params.windows, _query_text(params.extra))
 
 
 ELEMENTS_LIMIT = 10_000  # records per GET /streams/{name}/elements page
@@ -173,6 +190,11 @@ def _describe_revision(kind: str, revision: WindowRevision) -> dict[str, object]
 
 # -- configuration and description -----------------------------------------------------------
 
+SETTINGS = ("timestamp-predicate", "lateness", "retention", "alias", "write-token", "mqtt-topic", "mqtt-format",
+            "timestamp-path", "graph-template", "dead-letter")
+LISTS = ("alias", "mqtt-topic")  # settings that take several values (repeat the parameter, or a JSON list)
+
+
 def _put(name: str) -> Response:
     options: dict[str, object] = {}
     mimetype, _ = body_media_type(request.headers.get("Content-Type"))
@@ -181,17 +203,12 @@ def _put(name: str) -> Response:
             options.update(json.loads(text_body("configuration") or "{}"))
         except ValueError as error:
             raise BadRequest(f"the stream configuration is not JSON: {error}") from None
-    for key in ("timestamp-predicate", "lateness", "retention"):
+    for key in SETTINGS:
         if key in request.args:
-            options[key] = request.args[key]
-    if "alias" in request.args:
-        options["alias"] = request.args.getlist("alias")
-    if "write-token" in request.args:
-        options["write-token"] = request.args["write-token"]
-    unknown = set(options) - {"timestamp-predicate", "lateness", "retention", "alias", "write-token"}
+            options[key] = request.args.getlist(key) if key in LISTS else request.args[key]
+    unknown = set(options) - set(SETTINGS)
     if unknown:
-        raise BadRequest(f"unknown stream setting(s) {sorted(unknown)}: use timestamp-predicate, lateness, "
-                         "retention, alias, write-token")
+        raise BadRequest(f"unknown stream setting(s) {sorted(unknown)}: use {', '.join(SETTINGS)}")
     config = StreamConfig(name)
     existing = _catalog().find(name)
     if "write-token" in options:  # kept as a hash; an empty value removes it
@@ -204,10 +221,41 @@ def _put(name: str) -> Response:
         config.lateness = duration_micros(str(options["lateness"]), "lateness")
     if "retention" in options:
         config.retention = duration_micros(str(options["retention"]), "retention")
-    aliases = options.get("alias", [])
-    config.aliases = [_iri(str(a), "alias") for a in (aliases if isinstance(aliases, list) else [aliases])]
+    config.aliases = [_iri(a, "alias") for a in _values(options, "alias")]
+    _mqtt_settings(config, options)
     _, created = _catalog().put(config)
     return empty_response(201 if created else 204, {"Location": request.base_url})
+
+
+def _values(options: dict[str, object], key: str) -> list[str]:
+    given = options.get(key, [])
+    return [str(v) for v in (given if isinstance(given, list) else [given])]
+
+
+def _mqtt_settings(config: StreamConfig, options: dict[str, object]) -> None:
+    """The settings of a stream fed from MQTT (docs/connectors.md), checked before anything is changed."""
+    config.mqtt_topics = [mqtt_topic_filter(t, "mqtt-topic") for t in _values(options, "mqtt-topic")]
+    if config.mqtt_topics and services().connectors.broker is None:
+        raise HttpProblem("mqtt-topic: this server has no MQTT broker: start it with serve --mqtt mqtt://HOST:PORT",
+                          409)
+    if "mqtt-format" in options:
+        config.mqtt_format = str(options["mqtt-format"]).strip().lower()
+        if config.mqtt_format not in MESSAGE_FORMATS:
+            raise BadRequest(f"mqtt-format={config.mqtt_format!r}: use one of {', '.join(MESSAGE_FORMATS)}")
+    if "timestamp-path" in options:
+        config.timestamp_path = _iri(str(options["timestamp-path"]), "timestamp-path")
+    if "graph-template" in options:
+        template = str(options["graph-template"])
+        sample = template.replace("{topic}", "t").replace("{uuid}", str(uuid.uuid4())).replace("{digest}", "d")
+        _iri(sample, "graph-template")
+        if "{uuid}" not in template and "{digest}" not in template:
+            raise BadRequest(f"graph-template={template!r}: put {{uuid}} (a fresh UUID per message) or {{digest}} (a "
+                             "UUID of the topic and payload) in it: each element needs its own graph name")
+        config.graph_template = template
+    if "dead-letter" in options:
+        config.dead_letter = check_stream_name(str(options["dead-letter"]))
+        if config.dead_letter == config.name:
+            raise BadRequest("dead-letter: a stream cannot be its own dead-letter stream")
 
 
 def _describe(stream: Stream) -> dict[str, object]:
@@ -222,6 +270,10 @@ def _describe(stream: Stream) -> dict[str, object]:
         "retention_us": config.retention,
         "aliases": config.aliases,
         "write_token": config.write_token_sha256 is not None,
+        "mqtt": None if not config.mqtt_topics else {
+            "topics": config.mqtt_topics, "format": config.mqtt_format, "timestamp_path": config.timestamp_path,
+            "graph_template": config.graph_template, "dead_letter": config.dead_letter_stream,
+        },
         "elements": len(stream),
         "first_ordinal": stream.first_ordinal if len(stream) else None,
         "head": None if record is None else {

@@ -81,17 +81,18 @@ class Rule:
     # "stream/sequence" -> index of the last window the rule fired on (at registration: the latest committed, so
     # a new rule fires on what completes from then on); start-up fires what came after (RuleRunner.catch_up)
     fired: dict[str, int] = field(default_factory=dict)
+    publish: str | None = None  # an MQTT topic its output elements are published to (connectors.mqtt_out)
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "output": self.output, "base": self.base, "discovers": self.discovers,
-                "report": self.report, "operator": self.operator, "fired": self.fired,
+                "report": self.report, "operator": self.operator, "fired": self.fired, "publish": self.publish,
                 "inputs": [asdict(i) for i in self.inputs], "status": asdict(self.status)}
 
     @classmethod
     def from_json(cls, text: str, data: dict) -> Rule:  # type: ignore[type-arg]
         return cls(data["name"], text, data["output"], data["base"], [RuleInput(**i) for i in data["inputs"]],
                    RuleStatus(**data.get("status", {})), data.get("discovers", False), data.get("report"),
-                   data.get("operator"), dict(data.get("fired", {})))
+                   data.get("operator"), dict(data.get("fired", {})), data.get("publish"))
 
     @property
     def report_spec(self) -> ReportSpec:
@@ -188,12 +189,13 @@ def discover(analysis: RuleAnalysis, base: str, evaluator: ExtendedEvaluator) ->
 @dataclass(frozen=True)
 class RuleFile:
     """A ``.rq`` file: its text and what its leading comment lines declare (``# output: …`` is required;
-    ``# report: …`` and ``# operator: …`` are optional)."""
+    ``# report: …``, ``# operator: …`` and ``# publish: <MQTT topic>`` are optional)."""
 
     text: str
     output: str | None
     report: str | None = None
     operator: str | None = None
+    publish: str | None = None
 
 
 def rule_file(text: str) -> RuleFile:
@@ -204,10 +206,11 @@ def rule_file(text: str) -> RuleFile:
         if not line.startswith("#"):
             break
         key, sep, value = line[1:].partition(":")
-        if sep and key.strip().lower() in ("output", "report", "operator") and key.strip().lower() not in declared:
+        if sep and key.strip().lower() in ("output", "report", "operator", "publish") and \
+                key.strip().lower() not in declared:
             declared[key.strip().lower()] = value.strip()
     output = declared.get("output", "").strip("<>") or None
-    return RuleFile(text, output, declared.get("report"), declared.get("operator"))
+    return RuleFile(text, output, declared.get("report"), declared.get("operator"), declared.get("publish") or None)
 
 
 class RuleRegistry:
@@ -238,6 +241,9 @@ class RuleRegistry:
         with self._lock:
             return [self._rules[name] for name in sorted(self._rules)]
 
+    def find(self, name: str) -> Rule | None:
+        return self._rules.get(name)
+
     def get(self, name: str) -> Rule:
         rule = self._rules.get(name)
         if rule is None:
@@ -245,9 +251,10 @@ class RuleRegistry:
         return rule
 
     def put(self, name: str, text: str, output: str, base: str, report: str | None = None,
-            operator: str | None = None) -> tuple[Rule, bool]:
+            operator: str | None = None, publish: str | None = None) -> tuple[Rule, bool]:
         """Register (or replace) a rule; creates the output stream if missing. Returns the rule and whether
-        it is new. Raises RuleRejected (400) or RuleCycle (409) before anything is changed."""
+        it is new. ``publish``: an MQTT topic for its output elements (kept here; the MQTT connector publishes).
+        Raises RuleRejected (400) or RuleCycle (409) before anything is changed."""
         try:
             check_stream_name(name)
         except StoreError:
@@ -274,7 +281,7 @@ class RuleRegistry:
             old = self._rules.get(name)
             rule = Rule(name, text, output_name, base.rstrip("/"), self._register(pairs, old.inputs if old else []),
                         old.status if old else RuleStatus(), discovers=bool(analysis.discovered_by), report=report,
-                        operator=operator, fired=dict(old.fired) if old else {})
+                        operator=operator, fired=dict(old.fired) if old else {}, publish=publish)
             self._start_after_latest(rule)
             (self.directory / f"{name}.rq").write_text(text, encoding="utf-8")
             self._rules[name] = rule
@@ -387,7 +394,8 @@ class RuleRegistry:
                 try:
                     if declared.output is None:
                         raise RuleRejected("no '# output: <IRI-or-stream-name>' line among its leading comments")
-                    self.put(path.stem, declared.text, declared.output, base, declared.report, declared.operator)
+                    self.put(path.stem, declared.text, declared.output, base, declared.report, declared.operator,
+                             declared.publish)
                     errors.pop(path, None)
                 except ConcentratorError as error:
                     errors[path] = f"{path}: {error}"

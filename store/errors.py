@@ -77,6 +77,11 @@ class ElementOutOfOrder(StoreError):
     status_hint = 409
 
 
+class DuplicateElement(ElementOutOfOrder):
+    """An element whose graph name is already an element of the stream: an HTTP upload refuses it (409); a
+    transport that may deliver a message twice (MQTT QoS 1, a resumed WebSocket upload) counts it as delivered."""
+
+
 class StreamNotFound(StoreError):
     status_hint = 404
 

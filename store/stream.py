@@ -34,7 +34,7 @@ from sparql_ext.windowing import WindowSpec, format_micros
 from store.durable import now_micros, write_json
 from store.element_log import ElementLog
 from store.elements import ParsedElement
-from store.errors import ElementOutOfOrder, ElementRejected, StorageFailure
+from store.errors import DuplicateElement, ElementOutOfOrder, ElementRejected, StorageFailure
 from store.log_records import ElementRecord, LogRecord, PunctuationRecord, RegistrationRecord
 from store.stream_config import StreamConfig
 from store.stream_index import StreamIndex
@@ -167,6 +167,9 @@ class Stream(StreamIndex):
             label = _ElementLabel(self._accepted_head + 1, graph)
             if graph.startswith("<" + RESERVED_PREFIX):
                 raise ElementRejected(f"{label}: graph names under {RESERVED_PREFIX} are reserved")
+            # a graph name seen before is checked first: a redelivered element is a duplicate, whatever its time
+            if not element.is_punctuation and (graph in self._accepted_graphs or graph in self._graph_ordinals):
+                raise DuplicateElement(f"{label}: graph name {graph} is already an element of this stream")
             time = element.time
             last = self._accepted_time
             if time is None:
@@ -182,8 +185,6 @@ class Stream(StreamIndex):
                 self._accepted_time = time if last is None else max(time, last)
                 self._enqueue(0, ParsedElement(element.graph, [], time))
                 return None
-            if graph in self._accepted_graphs or graph in self._graph_ordinals:
-                raise ElementOutOfOrder(f"{label}: graph name {graph} is already an element of this stream")
             element.time = time
             self._accepted_head += 1
             self._accepted_time = time if last is None else max(time, last)

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from pyoxigraph import RdfFormat
+
 from store.elements import PROV_GENERATED_AT_TIME
+
+# The formats of an element that comes alone (an MQTT message, a WebSocket message): TriG / N-Quads / JSON-LD with
+# the element's graph name and timestamp triple; Turtle / N-Triples / plain JSON-LD as the content of one element.
+MESSAGE_FORMATS = {
+    "application/trig": RdfFormat.TRIG,
+    "application/n-quads": RdfFormat.N_QUADS,
+    "text/turtle": RdfFormat.TURTLE,
+    "application/n-triples": RdfFormat.N_TRIPLES,
+    "application/ld+json": RdfFormat.JSON_LD,
+}
 
 
 @dataclass
@@ -18,6 +30,18 @@ class StreamConfig:
     aliases: list[str] = field(default_factory=list)  # other IRIs (e.g. urn:uuid:…) naming this stream
     uuid_prefix: int = 0  # high 64 bits of this stream's revision UUIDs (random at creation)
     write_token_sha256: str | None = None  # a token that may write to this stream (protocol/access.py)
+    # Fed from MQTT (connectors/, docs/connectors.md): the topic filters subscribed to, the media type of a message
+    # without an MQTT 5 content type, the predicate whose object is a Turtle / JSON-LD message's timestamp (None:
+    # receipt time), the IRI template of such a message's element graph, and where bad messages go.
+    mqtt_topics: list[str] = field(default_factory=list)
+    mqtt_format: str = "application/trig"
+    timestamp_path: str | None = None
+    graph_template: str | None = None
+    dead_letter: str | None = None  # None: "<name>-dead-letter"
+
+    @property
+    def dead_letter_stream(self) -> str:
+        return self.dead_letter or f"{self.name}-dead-letter"
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

@@ -39,6 +39,7 @@ class StreamIndex:
         self._graph_ordinals: dict[str, int] = {}
         self._by_time: list[tuple[int, int]] = []  # (time, ordinal), sorted; only kept with a lateness
         self._origins: set[str] = set()  # origins of committed elements a rule made (ParsedElement.origin)
+        self._origin_of: dict[int, str] = {}  # the same by ordinal (a rule's publication picks its own outputs)
         self.stream_time: int | None = None  # max timestamp or punctuation committed
         self.punctuations = 0
         self._changed = threading.Condition()  # notified after every commit
@@ -118,6 +119,10 @@ class StreamIndex:
         with self._changed:
             return origin in self._origins
 
+    def origin_of(self, ordinal: int) -> str | None:
+        """What made a committed element, when a rule did ("rule/sequence/window/position")."""
+        return self._origin_of.get(ordinal)
+
     def rate(self, period: int) -> float:
         """Elements committed per second over the last ``period`` µs."""
         since = now_micros() - period
@@ -159,6 +164,7 @@ class StreamIndex:
                 bisect.insort(self._by_time, (time, ordinal))
             if origin is not None:
                 self._origins.add(origin)
+                self._origin_of[ordinal] = origin
         self.stream_time = time if self.stream_time is None else max(self.stream_time, time)
 
     def _cut(self, before: int) -> list[str]:
@@ -169,6 +175,8 @@ class StreamIndex:
             del column[:count]
         for graph in dropped:
             self._graph_ordinals.pop(graph, None)
+        for ordinal in range(self.first_ordinal, self.first_ordinal + count):
+            self._origin_of.pop(ordinal, None)
         if self._by_time:
             self._by_time = [pair for pair in self._by_time if pair[1] >= self.first_ordinal + count]
         self.first_ordinal += count

@@ -41,6 +41,7 @@ class StreamCatalog:
                 self._streams[child.name] = Stream.open(child, in_memory=in_memory)
         # called after a stream is created or reconfigured (new aliases): rules re-discover their inputs
         self.on_change: list[Callable[[Stream], None]] = []
+        self.on_delete: list[Callable[[str], None]] = []  # called with the name, before the stream is removed
 
     def names(self) -> list[str]:
         return sorted(self._streams)
@@ -87,6 +88,11 @@ class StreamCatalog:
         with self._lock:
             stream = self.get(name)
             del self._streams[name]
+        for listener in self.on_delete:
+            try:
+                listener(name)
+            except Exception:  # noqa: BLE001 - the deletion goes on; a listener's failure is its own
+                log.exception("on_delete listener failed for stream %s", name)
         stream.remove()
 
     def close(self) -> None:

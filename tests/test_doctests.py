@@ -10,7 +10,8 @@ import pytest
 MODULES = ["sparql_ext.errors", "sparql_ext.lexer", "sparql_ext.revision", "sparql_ext.iris", "sparql_ext.update",
            "sparql_ext.windowref", "sparql_ext.windowing", "sparql_ext.window_state", "store.terms", "store.windows",
            "protocol.negotiation",
-           "sparql_ext.windowed", "protocol.parameters"]
+           "sparql_ext.windowed", "protocol.parameters", "connectors.broker", "connectors.messages",
+           "protocol.stream_params"]
 
 
 @pytest.mark.parametrize("name", MODULES)

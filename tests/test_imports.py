@@ -1,6 +1,6 @@
 """The layout shows the flow (docs/architecture.md): upload → element → window → rule → output, each step owned by
 one package, and imports point one way — sparql_ext (pure) ← store ← engine ← {pipeline, rules} ← protocol ←
-concentrator (the composition root) — with no import cycle between files."""
+connectors ← concentrator (the composition root) — with no import cycle between files."""
 
 from __future__ import annotations
 
@@ -10,20 +10,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["sparql_ext", "store", "engine", "pipeline", "rules", "protocol", "concentrator"]
+PACKAGES = ["sparql_ext", "store", "engine", "pipeline", "rules", "protocol", "connectors", "concentrator"]
 HTTP = {"flask", "werkzeug", "gunicorn", "requests"}
 FORBIDDEN = {
     # pure semantics: no I/O library, not even pyoxigraph
     "sparql_ext": HTTP | {"pyspark", "pyoxigraph", "socket", "os", *PACKAGES[1:]},
     # durable state only: no evaluation, no rules, no Spark, no HTTP
-    "store": HTTP | {"pyspark", "engine", "pipeline", "rules", "protocol", "concentrator"},
+    "store": HTTP | {"pyspark", "engine", "pipeline", "rules", "protocol", "connectors", "concentrator"},
     # extended-SPARQL evaluation: reads the store; HTTP for SERVICE comes in as a session object
-    "engine": HTTP | {"pyspark", "pipeline", "rules", "protocol", "concentrator"},
+    "engine": HTTP | {"pyspark", "pipeline", "rules", "protocol", "connectors", "concentrator"},
     # Spark only: it reads the element log and commits windows; rules reach it through callbacks
-    "pipeline": HTTP | {"rules", "protocol", "concentrator"},
+    "pipeline": HTTP | {"rules", "protocol", "connectors", "concentrator"},
     # rules: registry, firing, executor tasks; no Spark (the pipeline runs their jobs), no HTTP
-    "rules": HTTP | {"pyspark", "pipeline", "protocol", "concentrator"},
-    "protocol": {"pyspark", "pipeline", "concentrator"},
+    "rules": HTTP | {"pyspark", "pipeline", "protocol", "connectors", "concentrator"},
+    # HTTP: reaches the MQTT connector only through protocol.services.Connectors
+    "protocol": {"pyspark", "pipeline", "connectors", "concentrator"},
+    # the I/O of other transports (MQTT): no web framework, no Spark
+    "connectors": HTTP | {"pyspark", "pipeline", "concentrator"},
 }
 
 
@@ -56,6 +59,13 @@ def test_package_imports_point_one_way(package: str) -> None:
         if name.split(".")[0] == package:
             bad = {imported.split(".")[0] for imported in _imports(path, modules)} & FORBIDDEN[package]
             assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_only_the_composition_root_imports_connectors() -> None:
+    modules = _modules()
+    importers = {name for name, path in modules.items() if not name.startswith("connectors")
+                 and any(m.split(".")[0] == "connectors" for m in _imports(path, modules))}
+    assert importers == {"concentrator.compose"}
 
 
 def test_no_import_cycle_between_files() -> None:

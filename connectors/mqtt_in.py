@@ -1,0 +1,276 @@
+"""A stream fed from MQTT topics (docs/connectors.md, "MQTT in"): one client per stream, exactly-once elements.
+
+- **Persistent session**: a fixed client id per stream (``<prefix>-in-<stream>``), ``clean_start=False`` and a
+  session that does not expire, so the broker keeps the subscription and queues QoS 1 messages while the server
+  is down, and delivers them when it is back.
+- **PUBACK after commit**: a message is acknowledged only once its element (or its dead letter) is committed
+  durably (``Stream.flush``); a server that stops before that gets the message again. The acknowledger thread
+  flushes whatever was accepted meanwhile and acknowledges it in order: one fsync for many messages while up to
+  ``RECEIVE_MAXIMUM`` are in flight.
+- **Exactly once**: a message delivered again holds an element whose graph name the stream already has
+  (``DuplicateElement``): it is counted as a duplicate and acknowledged, not stored twice.
+- **Dead letters**: a message that is not one element the stream takes (bad syntax, an unknown content type, a
+  timestamp out of order, …) becomes an element of the dead-letter stream with the error and the raw payload; it
+  is acknowledged and the subscription goes on.
+- **Reconnects** with exponential back-off (paho's, ``BACKOFF_SECONDS``); messages of a lost connection that were
+  not acknowledged are delivered again on the next one (and found to be duplicates if they were committed).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from connectors.broker import Broker, packet_properties
+from connectors.messages import MessageSettings, dead_letter, element_of_message
+from sparql_ext.errors import ConcentratorError
+from sparql_ext.windowing import format_micros
+from store.durable import now_micros
+from store.errors import DuplicateElement, StorageFailure
+from store.stream import Stream
+from store.stream_config import StreamConfig
+from store.streams import StreamCatalog
+
+log = logging.getLogger(__name__)
+
+RECEIVE_MAXIMUM = 1000  # QoS 1 messages the broker may send before the first is acknowledged
+BACKOFF_SECONDS = (1, 30)  # reconnect delays: from the first, doubling, up to the second
+SESSION_NEVER_EXPIRES = 0xFFFFFFFF
+KEEPALIVE_SECONDS = 30
+
+
+@dataclass
+class TopicCounts:
+    """What one subscribed topic filter has brought (``/status``: ``mqtt.subscriptions``)."""
+
+    messages: int = 0
+    elements: int = 0  # elements accepted into the stream
+    duplicates: int = 0  # messages whose element the stream already had (delivered again)
+    punctuations: int = 0
+    dead_letters: int = 0
+    last_message: int | None = None  # receipt time, µs
+    last_element_time: int | None = None  # timestamp of the latest element, µs
+
+    def to_json(self, now: int) -> dict[str, object]:
+        return {
+            "messages": self.messages, "elements": self.elements, "duplicates": self.duplicates,
+            "punctuations": self.punctuations, "dead_letters": self.dead_letters,
+            "last_message": None if self.last_message is None else format_micros(self.last_message),
+            "lag_seconds": None if self.last_element_time is None
+            else round((now - self.last_element_time) / 1_000_000, 3),
+        }
+
+
+@dataclass
+class _Delivery:
+    """A received message waiting for its element to be durable before it is acknowledged."""
+
+    connection: int  # the connection it came on (a packet id means nothing on another)
+    mid: int
+    qos: int
+    streams: tuple[Stream, ...]  # what must be flushed first (the stream, or the dead-letter stream)
+
+
+@dataclass
+class _Pending:
+    deliveries: list[_Delivery] = field(default_factory=list)
+    closing: bool = False
+
+
+class StreamSubscriber:
+    """The MQTT client feeding one stream from its ``mqtt-topic`` filters (see the module doc)."""
+
+    def __init__(self, broker: Broker, client_id: str, stream: str, catalog: StreamCatalog,
+                 topics: list[str]) -> None:
+        self.broker = broker
+        self.client_id = client_id
+        self.stream_name = stream
+        self._catalog = catalog
+        self._topics = list(topics)
+        self._unsubscribe: set[str] = set()  # filters removed while disconnected
+        self.counts: dict[str, TopicCounts] = {topic: TopicCounts() for topic in topics}
+        self.connected = False
+        self.connections = 0
+        self.last_error: str | None = None
+        self._pending = _Pending()
+        self._wake = threading.Condition()
+        self._client = self._make_client()
+        self._acker = threading.Thread(target=self._ack_loop, name=f"mqtt-ack-{stream}", daemon=True)
+
+    def _make_client(self) -> mqtt.Client:
+        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv5,
+                             manual_ack=True)
+        if self.broker.username is not None:
+            client.username_pw_set(self.broker.username, self.broker.password)
+        if self.broker.tls:
+            client.tls_set()
+        client.reconnect_delay_set(*BACKOFF_SECONDS)
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_message = self._on_message
+        return client
+
+    # -- life --------------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        properties = packet_properties(PacketTypes.CONNECT, SessionExpiryInterval=SESSION_NEVER_EXPIRES,
+                                       ReceiveMaximum=RECEIVE_MAXIMUM)
+        self._acker.start()
+        # connect_async + loop_start: the first connection is retried with the same back-off as reconnects
+        self._client.connect_async(self.broker.host, self.broker.port, KEEPALIVE_SECONDS, clean_start=False,
+                                   properties=properties)
+        self._client.loop_start()
+
+    def update(self, topics: list[str]) -> None:
+        """Follow a reconfigured stream's topic filters: subscribe to the new ones, unsubscribe the removed."""
+        added = [t for t in topics if t not in self._topics]
+        removed = [t for t in self._topics if t not in topics]
+        self._topics = list(topics)
+        for topic in added:
+            self.counts.setdefault(topic, TopicCounts())
+        if self.connected:
+            if added:
+                self._client.subscribe([(t, SubscribeOptions(qos=1)) for t in added])
+            if removed:
+                self._client.unsubscribe(removed)
+        else:
+            self._unsubscribe.update(removed)
+
+    def close(self, *, end_session: bool = False) -> None:
+        """Acknowledge what is committed, then disconnect. ``end_session`` (the stream was deleted): unsubscribe and
+        let the broker drop the session, so it stops keeping messages for it."""
+        with self._wake:
+            self._pending.closing = True
+            self._wake.notify()
+        if self._acker.is_alive():
+            self._acker.join(timeout=30)
+        if end_session and self.connected:
+            self._client.unsubscribe(self._topics)
+        properties = packet_properties(PacketTypes.DISCONNECT,
+                                       SessionExpiryInterval=0 if end_session else SESSION_NEVER_EXPIRES)
+        self._client.disconnect(properties=properties)
+        self._client.loop_stop()
+
+    def status(self) -> dict[str, object]:
+        now = now_micros()
+        return {
+            "stream": self.stream_name, "client_id": self.client_id, "connected": self.connected,
+            "connections": self.connections, "last_error": self.last_error,
+            "topics": {topic: self.counts[topic].to_json(now) for topic in self._topics if topic in self.counts},
+        }
+
+    # -- paho's callbacks (its network thread) -----------------------------------------------------------------
+
+    def _on_connect(self, client: mqtt.Client, _userdata: Any, flags: mqtt.ConnectFlags,
+                    reason: Any, _properties: Properties | None) -> None:
+        if reason.is_failure:
+            self.last_error = f"the broker refused the connection: {reason}"
+            log.warning("MQTT %s: %s", self.client_id, self.last_error)
+            return
+        with self._wake:
+            self.connections += 1
+            self.connected = True
+        if self._unsubscribe:
+            client.unsubscribe(sorted(self._unsubscribe))
+            self._unsubscribe.clear()
+        if self._topics:  # a kept session has them already; subscribing again changes nothing
+            client.subscribe([(t, SubscribeOptions(qos=1)) for t in self._topics])
+        log.info("MQTT %s connected to %s (session %s)", self.client_id, self.broker,
+                 "resumed" if flags.session_present else "new")
+
+    def _on_disconnect(self, _client: mqtt.Client, _userdata: Any, _flags: mqtt.DisconnectFlags, reason: Any,
+                       _properties: Properties | None) -> None:
+        with self._wake:
+            self.connected = False
+        if reason.is_failure:
+            self.last_error = f"disconnected: {reason}"
+            log.warning("MQTT %s: %s; reconnecting", self.client_id, self.last_error)
+
+    def _on_message(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
+        try:
+            self._receive(message)
+        except Exception:  # noqa: BLE001 - an exception would stop paho's loop: the message stays unacknowledged
+            log.exception("MQTT %s: message on %s not handled", self.client_id, message.topic)
+            self.last_error = "a message could not be handled (see the server log); it will be delivered again"
+
+    def _receive(self, message: mqtt.MQTTMessage) -> None:
+        received = now_micros()
+        counts = self._counts_for(message.topic)
+        counts.messages += 1
+        counts.last_message = received
+        stream = self._catalog.find(self.stream_name)
+        if stream is None:
+            return  # deleted: the hub closes this subscriber
+        content_type = getattr(message.properties, "ContentType", None) if message.properties else None
+        payload = bytes(message.payload)
+        flushed: tuple[Stream, ...] = (stream,)
+        try:
+            element = element_of_message(payload, content_type, message.topic, MessageSettings.of(stream.config))
+            ordinal = stream.accept(element, received)
+            if ordinal is None:
+                counts.punctuations += 1
+            else:
+                counts.elements += 1
+                counts.last_element_time = element.time
+        except DuplicateElement:
+            counts.duplicates += 1
+        except StorageFailure as error:  # not acknowledged: delivered again once the stream can store it
+            self.last_error = error.message
+            return
+        except (ConcentratorError, ValueError, SyntaxError) as error:
+            text = error.message if isinstance(error, ConcentratorError) else str(error)
+            letters = self._dead_letter_stream(stream.config)
+            try:
+                letters.accept(dead_letter(self.stream_name, message.topic, payload, content_type, text), received)
+                counts.dead_letters += 1
+            except DuplicateElement:
+                counts.duplicates += 1  # this bad message was delivered before: it is a dead letter already
+            flushed = (stream, letters)
+        with self._wake:
+            self._pending.deliveries.append(_Delivery(self.connections, message.mid, message.qos, flushed))
+            self._wake.notify()
+
+    def _counts_for(self, topic: str) -> TopicCounts:
+        for subscribed in self._topics:
+            if mqtt.topic_matches_sub(subscribed, topic):
+                return self.counts[subscribed]
+        return self.counts.setdefault(topic, TopicCounts())  # a filter removed since (the session kept it)
+
+    def _dead_letter_stream(self, config: StreamConfig) -> Stream:
+        name = config.dead_letter_stream
+        return self._catalog.find(name) or self._catalog.put(StreamConfig(name))[0]
+
+    # -- acknowledging ------------------------------------------------------------------------------------------
+
+    def _ack_loop(self) -> None:
+        while True:
+            with self._wake:
+                self._wake.wait_for(lambda: bool(self._pending.deliveries) or self._pending.closing)
+                batch, self._pending.deliveries = self._pending.deliveries, []
+                closing = self._pending.closing
+            if batch:
+                self._acknowledge(batch)
+            if closing and not batch:
+                return
+
+    def _acknowledge(self, batch: list[_Delivery]) -> None:
+        try:
+            for stream in {id(s): s for d in batch for s in d.streams}.values():
+                stream.flush()
+        except StorageFailure as error:  # nothing acknowledged: the broker delivers these again
+            self.last_error = error.message
+            log.error("MQTT %s: %s", self.client_id, error.message)
+            return
+        with self._wake:
+            connection = self.connections if self.connected else -1
+        for delivery in batch:  # in the order they came, as MQTT requires
+            if delivery.qos and delivery.connection == connection:
+                self._client.ack(delivery.mid, delivery.qos)

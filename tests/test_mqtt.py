@@ -1,0 +1,270 @@
+"""MQTT in and out (issue 16) against a real broker (Debian's Mosquitto, started on 127.0.0.1 by each test) and a real
+server (``serve --mqtt``). Expected elements, counts and messages are worked out by hand in each test."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+import requests
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from conformance.mqtt_broker import Mosquitto, running_broker, skip_reason_mosquitto
+from conformance.server import RunningServer, free_port, kill_tree, running_server
+
+pytestmark = pytest.mark.slow
+
+PROV = "http://www.w3.org/ns/prov#generatedAtTime"
+XSD_DT = "http://www.w3.org/2001/XMLSchema#dateTime"
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def stamp(seconds: int) -> str:
+    return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def element(i: int) -> bytes:
+    """Element <urn:test:mI> at T0 + I s, holding the reading I."""
+    return (f'<urn:test:m{i}> <{PROV}> "{stamp(i)}"^^<{XSD_DT}> .\n'
+            f'<urn:test:m{i}> {{ <urn:test:ward> <urn:test:reading> {i} . }}\n').encode()
+
+
+@pytest.fixture
+def broker() -> Iterator[Mosquitto]:
+    reason = skip_reason_mosquitto()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)  # CI installs it (.ci/install-clients): never skip there
+        pytest.skip(reason)
+    with running_broker() as running:
+        yield running
+
+
+class Client:
+    """A test's own MQTT 5 client (a sensor, a dashboard): publishes at QoS 1 and records what it receives."""
+
+    def __init__(self, broker: Mosquitto, subscribe: str | None = None) -> None:
+        self.received: list[mqtt.MQTTMessage] = []
+        self.subscribed = threading.Event()
+        self._client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+        self._client.reconnect_delay_set(1, 2)
+        self._topic = subscribe
+        self._client.on_connect = self._on_connect
+        self._client.on_subscribe = lambda *_: self.subscribed.set()
+        self._client.on_message = lambda _c, _u, message: self.received.append(message)
+        self._client.connect("127.0.0.1", broker.port)
+        self._client.loop_start()
+
+    def _on_connect(self, client: mqtt.Client, *_: Any) -> None:
+        if self._topic is not None:
+            client.subscribe(self._topic, qos=1)
+
+    def publish(self, topic: str, payloads: list[bytes], content_type: str | None = None) -> None:
+        """Publish at QoS 1 and wait until the broker has them all (PUBACK)."""
+        properties = None
+        if content_type is not None:
+            properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            properties.ContentType = content_type
+        infos = [self._client.publish(topic, payload, qos=1, properties=properties) for payload in payloads]
+        for info in infos:
+            info.wait_for_publish(30)
+            assert info.is_published()
+
+    def close(self) -> None:
+        self._client.disconnect()
+        self._client.loop_stop()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: Callable[[], object]) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what()
+        time.sleep(0.1)
+
+
+def status(server: RunningServer) -> dict[str, Any]:
+    return requests.get(f"{server.url}/status", timeout=10).json()  # type: ignore[no-any-return]
+
+
+def subscription(server: RunningServer, stream: str) -> dict[str, Any]:
+    return status(server)["mqtt"]["subscriptions"].get(stream, {})  # type: ignore[no-any-return]
+
+
+def graphs(server: RunningServer, stream: str) -> list[str]:
+    """The graph names of the stream's elements in ordinal order."""
+    found: list[str] = []
+    while True:
+        page = requests.get(f"{server.url}/streams/{stream}/elements", params={"from": len(found) + 1},
+                            timeout=30).json()
+        found += [record["graph"] for record in page["elements"]]
+        if not page["elements"] or len(found) >= page["head"]:
+            return found
+
+
+def elements(server: RunningServer, stream: str) -> int:
+    streams = status(server)["streams"]
+    return int(streams[stream]["elements"]) if stream in streams else 0
+
+
+def test_a_message_is_an_element_a_duplicate_is_counted_a_bad_message_is_a_dead_letter(broker: Mosquitto) -> None:
+    with running_server(["--no-pipeline", "--mqtt", broker.url]) as server:
+        response = requests.put(f"{server.url}/streams/hr", json={"mqtt-topic": ["ward/+/hr"]}, timeout=10)
+        assert response.status_code == 201
+        wait_until(lambda: subscription(server, "hr").get("connected") is True, 30, lambda: status(server)["mqtt"])
+        sensor = Client(broker)
+        turtle = f'<urn:test:ward> <urn:test:reading> 7 ; <urn:test:at> "{stamp(3)}"^^<{XSD_DT}> .'.encode()
+        bad = b"<urn:test:m9> { <urn:test:ward> oops }"
+        # m1, m1 again (a second delivery: the same element), a syntax error, m4, then a Turtle reading (the
+        # stream has no timestamp-path: it is stamped with its receipt time, after m4's)
+        sensor.publish("ward/1/hr", [element(1), element(1), bad])
+        sensor.publish("ward/2/hr", [element(4)])
+        sensor.publish("ward/1/hr", [turtle], content_type="text/turtle")
+        wait_until(lambda: elements(server, "hr") == 3 and elements(server, "hr-dead-letter") == 1, 30,
+                   lambda: (status(server)["streams"], status(server)["mqtt"]))
+        names = graphs(server, "hr")
+        assert names[:2] == ["<urn:test:m1>", "<urn:test:m4>"]
+        assert names[2].startswith("<urn:uuid:")  # the Turtle message's element: a fresh graph name
+        counts = subscription(server, "hr")["topics"]["ward/+/hr"]
+        assert {k: counts[k] for k in ("messages", "elements", "duplicates", "dead_letters", "punctuations")} == {
+            "messages": 5, "elements": 3, "duplicates": 1, "dead_letters": 1, "punctuations": 0}
+        # lag: now - the latest element's time (the Turtle reading's receipt time): a few seconds at most
+        assert 0 <= counts["lag_seconds"] < 30
+        letter = requests.get(f"{server.url}/streams/hr-dead-letter", headers={"Accept": "application/n-quads"},
+                              timeout=10).text
+        dead = "urn:x-concentrator:dead-letter#"
+        assert f'<{dead}payload> "<urn:test:m9> {{ <urn:test:ward> oops }}"' in letter  # the payload as it came
+        assert f'<{dead}topic> "ward/1/hr"' in letter and "oops" in letter.split(f"<{dead}error>")[1]
+        # the subscription went on after the bad message (m4 came after it): nothing stops it
+        sensor.close()
+
+
+def test_a_turtle_message_timestamped_by_its_timestamp_path_is_one_element_once(broker: Mosquitto) -> None:
+    with running_server(["--no-pipeline", "--mqtt", broker.url]) as server:
+        config = {"mqtt-topic": ["temp"], "mqtt-format": "text/turtle", "timestamp-path": "urn:test:at"}
+        assert requests.put(f"{server.url}/streams/temp", json=config, timeout=10).status_code == 201
+        wait_until(lambda: subscription(server, "temp").get("connected") is True, 30, lambda: status(server))
+        sensor = Client(broker)
+        reading = f'<urn:test:room> <urn:test:celsius> 21.5 ; <urn:test:at> "{stamp(10)}"^^<{XSD_DT}> .'.encode()
+        sensor.publish("temp", [reading, reading])  # the same reading delivered twice: one element
+        wait_until(lambda: subscription(server, "temp")["topics"]["temp"]["messages"] == 2, 30, lambda: status(server))
+        record = requests.get(f"{server.url}/streams/temp/elements", timeout=10).json()["elements"]
+        assert len(record) == 1 and record[0]["time"] == stamp(10)
+        assert subscription(server, "temp")["topics"]["temp"]["duplicates"] == 1
+        sensor.close()
+
+
+def test_settings_are_checked_and_need_a_broker(broker: Mosquitto) -> None:
+    with running_server(["--no-pipeline"]) as plain:
+        response = requests.put(f"{plain.url}/streams/s", json={"mqtt-topic": ["a"]}, timeout=10)
+        assert response.status_code == 409 and "serve --mqtt" in response.text
+    with running_server(["--no-pipeline", "--mqtt", broker.url]) as server:
+        for config, word in (({"mqtt-topic": ["a/b#"]}, "whole topic levels"),
+                             ({"mqtt-topic": ["a"], "mqtt-format": "text/csv"}, "mqtt-format"),
+                             ({"mqtt-topic": ["a"], "graph-template": "urn:x:fixed"}, "{uuid}"),
+                             ({"mqtt-topic": ["a"], "dead-letter": "s"}, "own dead-letter")):
+            response = requests.put(f"{server.url}/streams/s", json=config, timeout=10)
+            assert response.status_code == 400 and word in response.text, (config, response.text)
+        assert requests.get(f"{server.url}/streams/s", timeout=10).status_code == 404  # nothing was created
+
+
+def test_1000_messages_are_1000_elements_across_a_broker_restart_and_a_server_crash(broker: Mosquitto,
+                                                                                   tmp_path: Any) -> None:
+    data, port = tmp_path / "data", free_port()
+    sensor = Client(broker)
+    with running_server(["--no-pipeline", "--mqtt", broker.url], data_dir=data, port=port) as server:
+        assert requests.put(f"{server.url}/streams/hr", json={"mqtt-topic": ["ward/hr"]}, timeout=10).ok
+        wait_until(lambda: subscription(server, "hr").get("connected") is True, 30, lambda: status(server))
+        sensor.publish("ward/hr", [element(i) for i in range(1, 301)])
+        broker.restart()  # messages the server has not acknowledged yet are kept by the broker (persistence)
+        wait_until(lambda: subscription(server, "hr").get("connected") is True, 60, lambda: status(server))
+        sensor.publish("ward/hr", [element(i) for i in range(301, 601)])
+        kill_tree(server.process.pid)  # a crash while messages are coming in: no clean stop, no last PUBACKs
+        server.process.wait()
+    # while the server is down the broker keeps what comes for its persistent session
+    sensor.publish("ward/hr", [element(i) for i in range(601, 1001)])
+    with running_server(["--no-pipeline", "--mqtt", broker.url], data_dir=data, port=port) as server:
+        wait_until(lambda: elements(server, "hr") >= 1000 and subscription(server, "hr").get("connected") is True,
+                   120, lambda: (elements(server, "hr"), status(server)["mqtt"], broker.log()[-2000:]))
+        time.sleep(1)  # anything delivered twice would show up now
+        assert graphs(server, "hr") == [f"<urn:test:m{i}>" for i in range(1, 1001)]  # each once, in order
+        assert elements(server, "hr-dead-letter") == 0
+    sensor.close()
+
+
+@pytest.mark.jvm
+def test_window_results_arrive_on_a_topic_one_message_per_window(broker: Mosquitto) -> None:
+    dashboard = Client(broker, subscribe="ward/hr/windows")
+    alerts = Client(broker, subscribe="ward/hr/alerts")
+    with running_server(["--mqtt", broker.url]) as server:
+        url = f"{server.url}/streams/hr"
+        assert requests.put(url, timeout=10).status_code == 201
+        assert requests.post(url, data=element(0), headers={"Content-Type": "application/trig"}, timeout=30).ok
+        query = "SELECT (SUM(?v) AS ?sum) WHERE { GRAPH ?g { ?s <urn:test:reading> ?v } }"
+        publication = {"topic": "ward/hr/windows", "windows": "R/HEAD/PT10S", "query": query,
+                       "format": "text/csv"}
+        response = requests.put(f"{url}/publications/sums", json=publication, timeout=10)
+        assert response.status_code == 201, response.text
+        # a rule over the same windows whose output elements are published: an alert where the sum passes 10
+        rule = (f"CONSTRUCT {{ GRAPH ?e {{ ?e <urn:test:sum> ?sum }} ?e <{PROV}> ?t }} WHERE {{ "
+                f"SERVICE <{url}?WINDOWS=R/HEAD/PT10S> {{ SELECT (SUM(?v) AS ?sum) (MAX(?time) AS ?t) WHERE {{ "
+                f"?g <{PROV}> ?time GRAPH ?g {{ ?s <urn:test:reading> ?v }} }} }} "
+                "FILTER(?sum > 10) BIND(IRI(CONCAT('urn:test:alert/', STR(?t))) AS ?e) }")
+        response = requests.put(f"{server.url}/rules/alerts", data=rule, timeout=30,
+                                params={"output": "alerts", "publish": "ward/hr/alerts"},
+                                headers={"Content-Type": "application/sparql-query"})
+        assert response.status_code == 201, response.text
+        assert dashboard.subscribed.wait(10) and alerts.subscribed.wait(10)
+        # t0 = HEAD = element 0 (T0): windows [0,10) {0, 4}, [10,20) {12, 15}, [20,30) {}, then 31 closes [20,30);
+        # SUM over no row is 0 (SPARQL 1.1 §18.5.1.3: Sum of the empty multiset)
+        body = b"".join(element(i) for i in (4, 12, 15, 31))
+        assert requests.post(url, data=body, headers={"Content-Type": "application/trig"}, timeout=30).ok
+        wait_until(lambda: len(dashboard.received) >= 3, 90, lambda: (status(server)["mqtt"], server.log_tail()))
+        time.sleep(1)
+        messages = dashboard.received
+        assert [m.payload.decode().split() for m in messages] == [["sum", "4"], ["sum", "27"], ["sum", "0"]]
+        headers = [dict(m.properties.UserProperty) for m in messages]  # type: ignore[union-attr]
+        assert [h["Window-Index"] for h in headers] == ["0", "1", "2"]
+        assert [(h["Window-Start"], h["Window-End"]) for h in headers] == [
+            (stamp(0), stamp(10)), (stamp(10), stamp(20)), (stamp(20), stamp(30))]
+        assert all(m.properties.ContentType == "text/csv" for m in messages)  # type: ignore[union-attr]
+        described = requests.get(f"{url}/publications/sums", timeout=10).json()
+        assert described["messages"] == 3 and described["next_window"] == 3
+        # the rule fired on [10,20) only (sum 27 > 10): one output element, published with its headers
+        wait_until(lambda: len(alerts.received) >= 1, 30, lambda: status(server)["mqtt"])
+        time.sleep(1)
+        assert len(alerts.received) == 1
+        alert = alerts.received[0]
+        assert b"<urn:test:alert/2024-01-01T00:00:15Z> {" in alert.payload and b"27" in alert.payload
+        assert dict(alert.properties.UserProperty)["Element-Ordinal"] == "1"  # type: ignore[union-attr]
+    dashboard.close()
+    alerts.close()
+
+
+def test_each_element_of_a_stream_is_published_with_its_headers(broker: Mosquitto) -> None:
+    dashboard = Client(broker, subscribe="ward/hr/elements")
+    with running_server(["--no-pipeline", "--mqtt", broker.url]) as server:
+        url = f"{server.url}/streams/hr"
+        assert requests.put(url, timeout=10).status_code == 201
+        response = requests.put(f"{url}/publications/all", json={"topic": "ward/hr/elements"}, timeout=10)
+        assert response.status_code == 201, response.text
+        assert dashboard.subscribed.wait(10)
+        body = b"".join(element(i) for i in (1, 2))
+        assert requests.post(url, data=body, headers={"Content-Type": "application/trig"}, timeout=30).ok
+        wait_until(lambda: len(dashboard.received) >= 2, 30, lambda: status(server)["mqtt"])
+        first = dashboard.received[0]
+        assert dict(first.properties.UserProperty)["Element-Ordinal"] == "1"  # type: ignore[union-attr]
+        assert dict(first.properties.UserProperty)["Element-Time"] == stamp(1)  # type: ignore[union-attr]
+        assert b"<urn:test:m1> {" in first.payload and f'"{stamp(1)}"'.encode() in first.payload
+        bad = requests.put(f"{url}/publications/x", json={"topic": "a/#"}, timeout=10)
+        assert bad.status_code == 400 and "wildcard" in bad.text
+        assert requests.delete(f"{url}/publications/all", timeout=10).status_code == 204
+        assert requests.get(f"{url}/publications/all", timeout=10).status_code == 404
+    dashboard.close()

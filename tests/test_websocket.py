@@ -1,0 +1,143 @@
+"""WebSockets at the stream IRIs (issue 16): an upload (one message per element, each answered with its ordinal)
+and a continuous response (one message per window), each with a disconnect and a resume, on a real server
+(gunicorn with the header-gate worker). Expected ordinals and windows are worked out by hand in each test."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import requests
+from simple_websocket import Client, ConnectionClosed
+
+from conformance.server import RunningServer, running_server
+
+pytestmark = pytest.mark.slow
+
+PROV = "http://www.w3.org/ns/prov#generatedAtTime"
+XSD_DT = "http://www.w3.org/2001/XMLSchema#dateTime"
+TRIG = {"Content-Type": "application/trig"}
+
+
+def element(name: str, seconds: int) -> str:
+    """Element <http://ex/NAME> at 10:00:00 + seconds."""
+    return (f'<http://ex/{name}> <{PROV}> "2016-06-20T10:00:{seconds:02d}Z"^^<{XSD_DT}> .\n'
+            f'<http://ex/{name}> {{ <http://ex/{name}> <http://ex/v> {seconds} . }}\n')
+
+
+def ws_url(server: RunningServer, path: str) -> str:
+    return server.url.replace("http://", "ws://") + path
+
+
+def answer(ws: Any) -> dict[str, Any]:
+    text = ws.receive(timeout=60)
+    assert text is not None, "no message within 60 s"
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+def graphs(server: RunningServer, stream: str) -> list[str]:
+    response = requests.get(f"{server.url}/streams/{stream}/elements", timeout=10)
+    return [record["graph"] for record in response.json()["elements"]]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: Callable[[], object]) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what()
+        time.sleep(0.1)
+
+
+def handshake(url: str, headers: dict[str, str] | None = None) -> requests.Response:
+    """A WebSocket opening handshake sent with requests: the HTTP answer when the server refuses it."""
+    return requests.get(url, timeout=10, headers={
+        "Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", **(headers or {})})
+
+
+def test_upload_each_element_answered_with_its_ordinal_a_disconnect_and_a_resume() -> None:
+    with running_server(["--no-pipeline"]) as server:
+        assert requests.put(f"{server.url}/streams/hr", timeout=10).status_code == 201
+        ws = Client.connect(ws_url(server, "/streams/hr"))
+        assert answer(ws) == {"stream": "hr", "format": "application/trig", "head": 0}
+        ws.send(element("a", 1))
+        assert {k: v for k, v in answer(ws).items() if k != "head"} == {"ordinal": 1, "graph": "<http://ex/a>"}
+        ws.send(element("b", 2))
+        ws.send(element("c", 3))
+        assert answer(ws)["ordinal"] == 2
+        ws.sock.close()  # the connection drops: c was sent, its answer never read
+        # the client resumes: it sends again what it has no answer for (c), then d. c is committed once, whether
+        # the server had taken it before the drop (then it answers "duplicate") or not.
+        ws = Client.connect(ws_url(server, "/streams/hr"))
+        assert answer(ws)["head"] in (2, 3)
+        ws.send(element("c", 3))
+        again = answer(ws)
+        assert again["ordinal"] == 3 and again["graph"] == "<http://ex/c>"
+        resent_was_new = not again.get("duplicate", False)
+        ws.send(element("d", 4))
+        assert answer(ws)["ordinal"] == 4
+        # a refused element (before the stream time) stops the upload as an HTTP upload stops: 1008, nothing of
+        # it stored, the count committed on this connection said
+        ws.send(element("late", 0))
+        refused = answer(ws)
+        assert refused["status"] == 409 and refused["committed"] == 1 + resent_was_new and refused["head"] == 4
+        assert "not after the stream time" in refused["error"]
+        wait_until(lambda: not ws.connected, 10, lambda: "the server did not close the WebSocket")
+        assert ws.close_reason == 1008
+        assert graphs(server, "hr") == ["<http://ex/a>", "<http://ex/b>", "<http://ex/c>", "<http://ex/d>"]
+
+
+def test_websocket_requests_are_checked_before_the_handshake() -> None:
+    with running_server(["--no-pipeline", "--token", "secret"]) as server:
+        headers = {"Authorization": "Bearer secret"}
+        assert requests.put(f"{server.url}/streams/hr", headers=headers, timeout=10).status_code == 201
+        assert handshake(f"{server.url}/streams/nosuch", headers).status_code == 404
+        assert handshake(f"{server.url}/streams/hr").status_code == 401  # an upload is a write: token needed
+        assert handshake(f"{server.url}/streams/hr?format=text/csv", headers).status_code == 415
+        assert handshake(f"{server.url}/streams/hr?WINDOWS=HEAD/-PT1S").status_code == 400  # one window: HTTP
+        ws = Client.connect(ws_url(server, "/streams/hr"), headers=headers)
+        assert answer(ws)["head"] == 0
+        ws.send(element("a", 1))
+        assert answer(ws)["ordinal"] == 1
+        ws.close()
+        with pytest.raises(ConnectionClosed):
+            ws.send(element("b", 2))
+
+
+@pytest.mark.jvm
+def test_continuous_response_one_message_per_window_a_disconnect_and_a_resume() -> None:
+    with running_server() as server:
+        url = f"{server.url}/streams/hr"
+        assert requests.put(url, timeout=10).status_code == 201
+        assert requests.post(url, data=element("a", 0), headers=TRIG, timeout=30).ok
+        query = "SELECT ?g WHERE { GRAPH ?g { ?s ?p ?o } } ORDER BY ?g"
+        ws = Client.connect(ws_url(server, "/streams/hr?WINDOWS=R/HEAD/PT10S&format=text/csv&query=")
+                            + requests.utils.quote(query))
+        opening = answer(ws)
+        sequence = opening["Window-Sequence"]
+        assert opening["Window-From"] == "0" and opening["Content-Type"] == "text/csv"
+        # t0 = HEAD = a (10:00:00): windows [0,10) {a, b}, [10,20) {c}, [20,30) {d}, [30,40) {e}
+        body = element("b", 5) + element("c", 12) + element("d", 25)
+        assert requests.post(url, data=body, headers=TRIG, timeout=30).ok
+        first, second = answer(ws), answer(ws)
+        assert (first["Window-Index"], first["Window-Start"], first["Window-End"]) == (
+            "0", "2016-06-20T10:00:00Z", "2016-06-20T10:00:10Z")
+        assert first["body"].split() == ["g", "http://ex/a", "http://ex/b"]
+        assert (second["Window-Index"], second["body"].split()) == ("1", ["g", "http://ex/c"])
+        ws.close()  # the dashboard goes away after window 1
+        wait_until(lambda: requests.get(f"{server.url}/status", timeout=10).json()["continuous"] == [], 15,
+                   lambda: "the registration of the closed WebSocket is still listed")
+        assert requests.post(url, data=element("e", 33) + element("f", 41), headers=TRIG, timeout=30).ok
+        # windows 2 ([20,30) {d}) and 3 ([30,40) {e}) complete while it is away; it resumes after window 1
+        ws = Client.connect(ws_url(server, f"/streams/hr?WINDOWS=R/HEAD/PT10S&format=text/csv&after=1"
+                                           f"&sequence={sequence}&query=") + requests.utils.quote(query))
+        assert answer(ws)["Window-From"] == "2"
+        resumed = [answer(ws), answer(ws)]
+        assert [(w["Window-Index"], w["body"].split()) for w in resumed] == [
+            ("2", ["g", "http://ex/d"]), ("3", ["g", "http://ex/e"])]
+        assert requests.post(url, data=element("g", 55), headers=TRIG, timeout=30).ok  # live again: [40,50) {f}
+        live = answer(ws)
+        assert (live["Window-Index"], live["body"].split()) == ("4", ["g", "http://ex/f"])
+        ws.close()

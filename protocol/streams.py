@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import tempfile
 import uuid
+from collections.abc import Iterable
 
 from flask import Blueprint, Response, jsonify, request
 from pyoxigraph import Literal, NamedNode, RdfFormat, serialize
@@ -33,9 +34,10 @@ from sparql_ext.errors import ConcentratorError
 from sparql_ext.windowing import format_micros, to_micros
 from sparql_ext.windowref import parse_window_ref
 from store.durable import now_micros
-from store.elements import single_element
+from store.elements import ParsedElement, single_element
 from store.errors import RevisionNotFound, StreamNotFound
 from store.framing import ElementFramer
+from store.jsonld import JsonLdFramer
 from store.stream import Stream
 from store.stream_config import StreamConfig
 from store.streams import StreamCatalog
@@ -261,9 +263,9 @@ def _upload(stream: Stream) -> Response:
     mimetype, options = body_media_type(request.headers.get("Content-Type"))
     if mimetype not in BODY_FORMATS or BODY_FORMATS[mimetype] not in _STREAM_FORMATS:
         raise UnsupportedMediaType(
-            f"Content-Type {mimetype or '(none)'!r} is not a stream upload: send application/trig or "
-            "application/n-quads (each named graph one element), or text/turtle or application/n-triples "
-            "(the whole body one element)")
+            f"Content-Type {mimetype or '(none)'!r} is not a stream upload: send application/trig, "
+            "application/n-quads or application/ld+json (each named graph one element), or text/turtle or "
+            "application/n-triples (the whole body one element)")
     if not is_utf8(options):
         raise UnsupportedMediaType(f"charset {options['charset']!r} is not supported: send UTF-8")
     rdf_format = BODY_FORMATS[mimetype]
@@ -277,8 +279,11 @@ def _upload(stream: Stream) -> Response:
         ordinal = stream.accept(element, now_micros())
         stream.flush()
         return _upload_answer(stream, 1, ordinal, ordinal)
-    framer = ElementFramer(reader, rdf_format, stream.config.timestamp_predicate, base_iri=request.base_url,
-                           first_ordinal=stream.head() + 1)
+    framer: Iterable[ParsedElement] = (
+        JsonLdFramer(reader, stream.config.timestamp_predicate, base_iri=request.base_url,
+                     first_ordinal=stream.head() + 1) if rdf_format == RdfFormat.JSON_LD else
+        ElementFramer(reader, rdf_format, stream.config.timestamp_predicate, base_iri=request.base_url,
+                      first_ordinal=stream.head() + 1))
     committed = 0
     first: int | None = None
     last: int | None = None
@@ -303,7 +308,7 @@ def _upload(stream: Stream) -> Response:
     return _upload_answer(stream, committed, first, last)
 
 
-_STREAM_FORMATS = (RdfFormat.TRIG, RdfFormat.N_QUADS, RdfFormat.TURTLE, RdfFormat.N_TRIPLES)
+_STREAM_FORMATS = (RdfFormat.TRIG, RdfFormat.N_QUADS, RdfFormat.JSON_LD, RdfFormat.TURTLE, RdfFormat.N_TRIPLES)
 
 
 def _upload_answer(stream: Stream, committed: int, first: int | None, last: int | None) -> Response:

@@ -13,6 +13,7 @@ from pyoxigraph import Literal, NamedNode, RdfFormat, serialize
 
 from engine.evaluation import QueryTarget
 from engine.selection import SelectedWindow, revision_selection, revision_window, select_window
+from protocol import memento
 from protocol.access import token_hash
 from protocol.bodies import revision_parameter, text_body
 from protocol.continuous import continuous_response, wants_continuous
@@ -101,10 +102,31 @@ def stream_resource(name: str) -> Response:
     if is_service_identification(request.headers.get("User-Agent"), has_query=False):
         return _service_description()
     if params.windows is None:
-        if best_media_type(request.headers.get("Accept"), ["application/json", *DATASET_FORMATS]) in DATASET_FORMATS:
-            return _dataset_response(stream, revision_selection(stream, revision_parameter()))
-        return jsonify(_describe(stream))
+        return _stream_get(stream)
     return _dataset_response(stream, _select_window(stream, params.windows))
+
+
+def _stream_get(stream: Stream) -> Response:
+    """The stream IRI without WINDOWS: its description (JSON), its dataset at a revision, or its TimeMap; with
+    ``Accept-Datetime`` its dataset at the element at or before that instant (Memento)."""
+    chosen = best_media_type(request.headers.get("Accept"), ["application/json", *DATASET_FORMATS,
+                                                             memento.LINK_FORMAT])
+    original = memento.original_url()
+    if chosen == memento.LINK_FORMAT:
+        return memento.timemap_response(original, memento.stream_mementos(stream, original))
+    designator = revision_parameter()
+    wanted = memento.accept_datetime() if designator is None else None
+    if wanted is not None:
+        selected = memento.select_element(stream, wanted, original)
+        headers = memento.memento_headers(original, selected, negotiated=True)
+        return _dataset_response(stream, revision_selection(stream, str(selected.ordinal)), headers)
+    if chosen in DATASET_FORMATS:
+        selection = revision_selection(stream, designator)
+        found = None if designator is None or not selection.ordinals else \
+            memento.stream_memento(stream, selection.ordinals[-1], original)
+        headers = {} if found is None else memento.memento_headers(original, found, negotiated=False)
+        return _dataset_response(stream, selection, headers)
+    return jsonify(_describe(stream))
 
 
 ELEMENTS_LIMIT = 10_000  # records per GET /streams/{name}/elements page
@@ -363,13 +385,14 @@ def _query(stream: Stream, windows: str | None, text: str) -> Response:
     return spooled_response(spool, mimetype, window_headers(selected))
 
 
-def _dataset_response(stream: Stream, selected: SelectedWindow) -> Response:
+def _dataset_response(stream: Stream, selected: SelectedWindow, more: dict[str, str] | None = None) -> Response:
     mimetype = best_media_type(request.headers.get("Accept"), list(DATASET_FORMATS))
     if mimetype is None:
         raise NotAcceptable("a window is a dataset: available as " + ", ".join(DATASET_FORMATS))
     spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
     serialize(stream.dataset_quads(selected.ordinals), spool, DATASET_FORMATS[mimetype])
-    headers = {**window_headers(selected), "Window-Elements": str(len(selected.ordinals))}  # the whole stream too
+    headers = {**window_headers(selected), "Window-Elements": str(len(selected.ordinals)),  # the whole stream too
+               **(more or {})}
     return spooled_response(spool, mimetype, headers)
 
 

@@ -34,6 +34,10 @@ class NotAcceptable(HttpProblem):
     status_hint = 406
 
 
+class Forbidden(HttpProblem):
+    status_hint = 403
+
+
 class NotFound(HttpProblem):
     status_hint = 404
 

@@ -7,17 +7,18 @@ import json
 import tempfile
 import uuid
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 from pyoxigraph import Literal, NamedNode, RdfFormat, serialize
 
-from engine.evaluation import QueryTarget
+from engine.evaluation import QueryTarget, host_allowed
 from engine.selection import SelectedWindow, revision_selection, revision_window, select_window
 from protocol import memento
 from protocol.access import token_hash
 from protocol.bodies import revision_parameter, text_body
 from protocol.continuous import continuous_response, wants_continuous
-from protocol.errors import BadRequest, NotAcceptable, UnsupportedMediaType
+from protocol.errors import BadRequest, Forbidden, NotAcceptable, UnsupportedMediaType
 from protocol.incremental import available_reader, drain
 from protocol.negotiation import BODY_FORMATS, DATASET_FORMATS, best_media_type, body_media_type, is_utf8
 from protocol.parameters import reads
@@ -52,6 +53,7 @@ SD_ENDPOINT = "http://www.w3.org/ns/sparql-service-description#endpoint"
 XSD_DATETIME = NamedNode("http://www.w3.org/2001/XMLSchema#dateTime")
 STREAM_PARAMETERS = (
     "timestamp-predicate", "lateness", "retention", "alias", "write-token",  # PUT: settings
+    "ldes-page", "ldes-source", "ldes-timestamp-path", "ldes-poll",  # PUT: LDES settings
     "punctuation", "graph", "timestamp",  # POST: upload
     "WINDOWS", "query", "revision-id", "timeout", "default-graph-uri", "named-graph-uri",  # windows, queries
     "answer", "packaging", "format", "report", "operator", "after", "from", "sequence",  # continuous responses
@@ -205,17 +207,17 @@ def _put(name: str) -> Response:
             options.update(json.loads(text_body("configuration") or "{}"))
         except ValueError as error:
             raise BadRequest(f"the stream configuration is not JSON: {error}") from None
-    for key in ("timestamp-predicate", "lateness", "retention"):
+    for key in ("timestamp-predicate", "lateness", "retention", *LDES_SETTINGS):
         if key in request.args:
             options[key] = request.args[key]
     if "alias" in request.args:
         options["alias"] = request.args.getlist("alias")
     if "write-token" in request.args:
         options["write-token"] = request.args["write-token"]
-    unknown = set(options) - {"timestamp-predicate", "lateness", "retention", "alias", "write-token"}
+    unknown = set(options) - {"timestamp-predicate", "lateness", "retention", "alias", "write-token", *LDES_SETTINGS}
     if unknown:
         raise BadRequest(f"unknown stream setting(s) {sorted(unknown)}: use timestamp-predicate, lateness, "
-                         "retention, alias, write-token")
+                         "retention, alias, write-token, " + ", ".join(LDES_SETTINGS))
     config = StreamConfig(name)
     existing = _catalog().find(name)
     if "write-token" in options:  # kept as a hash; an empty value removes it
@@ -230,8 +232,40 @@ def _put(name: str) -> Response:
         config.retention = duration_micros(str(options["retention"]), "retention")
     aliases = options.get("alias", [])
     config.aliases = [_iri(str(a), "alias") for a in (aliases if isinstance(aliases, list) else [aliases])]
+    _ldes_settings(config, options)
     _, created = _catalog().put(config)
     return empty_response(201 if created else 204, {"Location": request.base_url})
+
+
+LDES_SETTINGS = ("ldes-page", "ldes-source", "ldes-timestamp-path", "ldes-poll")
+
+
+def _ldes_settings(config: StreamConfig, options: dict[str, object]) -> None:
+    """The LDES settings: the page duration of the stream's own LDES; the LDES it follows, if any (a host the
+    operator allows, as for SERVICE: --service-allow), its members' timestamp path, the time between polls."""
+    if "ldes-page" in options:
+        config.ldes_page = duration_micros(str(options["ldes-page"]), "ldes-page")
+        if config.ldes_page < 1_000_000:
+            raise BadRequest(f"ldes-page={options['ldes-page']!r}: an LDES page spans at least a second (PT1S)")
+    source = options.get("ldes-source")
+    if source:
+        config.ldes_source = str(source)
+        parts = urlsplit(config.ldes_source)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise BadRequest(f"ldes-source={config.ldes_source!r} is not an http(s) URL of an LDES (its view, or "
+                             "its event stream)")
+        allowed = current_app.config["CONCENTRATOR"].service_allow
+        if not host_allowed(config.ldes_source, None if allowed is None else frozenset(allowed)):
+            raise Forbidden(f"ldes-source={config.ldes_source!r}: {parts.netloc} is not on this server's allowlist "
+                            f"({', '.join(sorted(allowed)) or 'empty'}); the operator adds hosts with --service-allow")
+    elif any(key in options for key in ("ldes-timestamp-path", "ldes-poll")):
+        raise BadRequest("ldes-timestamp-path and ldes-poll apply to a stream that follows an LDES: give ldes-source")
+    if "ldes-timestamp-path" in options:
+        config.ldes_timestamp_path = _iri(str(options["ldes-timestamp-path"]), "ldes-timestamp-path")
+    if "ldes-poll" in options:
+        config.ldes_poll = duration_micros(str(options["ldes-poll"]), "ldes-poll") / 1_000_000
+        if not 0.1 <= config.ldes_poll <= 86_400:
+            raise BadRequest(f"ldes-poll={options['ldes-poll']!r}: poll between every 0.1 s (PT0.1S) and once a day")
 
 
 def _describe(stream: Stream) -> dict[str, object]:
@@ -246,6 +280,9 @@ def _describe(stream: Stream) -> dict[str, object]:
         "retention_us": config.retention,
         "aliases": config.aliases,
         "write_token": config.write_token_sha256 is not None,
+        "ldes": {"view": request.host_url.rstrip("/") + "/streams/" + config.name + "/ldes",
+                 "page_us": config.ldes_page, "source": config.ldes_source,
+                 "timestamp_path": config.ldes_timestamp_path, "poll_seconds": config.ldes_poll},
         "elements": len(stream),
         "first_ordinal": stream.first_ordinal if len(stream) else None,
         "head": None if record is None else {

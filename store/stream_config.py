@@ -18,6 +18,13 @@ class StreamConfig:
     aliases: list[str] = field(default_factory=list)  # other IRIs (e.g. urn:uuid:…) naming this stream
     uuid_prefix: int = 0  # high 64 bits of this stream's revision UUIDs (random at creation)
     write_token_sha256: str | None = None  # a token that may write to this stream (protocol/access.py)
+    # LDES (docs/connectors.md): the stream published as an ldes:EventStream, one page per ``ldes_page`` µs of stream
+    # time (store/ldes.py); and, with ``ldes_source``, fed by following a remote LDES (connectors/ldes.py) — its
+    # members' timestamp path (None: the LDES's own ldes:timestampPath) and the seconds between polls of its open pages
+    ldes_page: int = 60_000_000
+    ldes_source: str | None = None
+    ldes_timestamp_path: str | None = None
+    ldes_poll: float = 1.0
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

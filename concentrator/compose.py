@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from connectors.ldes import LdesFollowers
 from protocol.services import ServerConfig, Services
 from rules.firing import RuleRunner
 from rules.tasks import ExecutorPool, Placement
@@ -29,6 +30,7 @@ class Server:
     services: Services
     runner: RuleRunner
     pipeline: WindowPipeline | None = None
+    followers: LdesFollowers | None = None  # streams that follow an LDES (ldes-source=)
     rule_errors: list[str] = field(default_factory=list)  # rules of the rules directory that did not load
     _starting: threading.Thread | None = None
     _closed: bool = False
@@ -39,6 +41,8 @@ class Server:
         caught_up = self.runner.catch_up()
         if caught_up:
             log.warning("fired rules on %d window(s) committed before the last stop", caught_up)
+        if self.followers is not None:
+            self.followers.start()
         if self.pipeline is None:
             return None
         if background:
@@ -52,6 +56,8 @@ class Server:
             return
         self._closed = True
         try:
+            if self.followers is not None:  # they write to streams: stopped before the streams close
+                self.followers.close()
             if self._starting is not None:
                 self._starting.join()  # a stop before the query runs would not stop the query started after it
             if self.pipeline is not None:
@@ -83,4 +89,8 @@ def assemble(config: ServerConfig, *, spark_master: str | None, rules_dir: Path 
                         pool=None if spark is None else ExecutorPool(lambda: spark.spark))
     if pipeline is not None:
         pipeline.on_windows.append(runner.on_windows)
-    return Server(opened, runner, pipeline, errors)
+    followers = LdesFollowers(opened.streams, None if config.service_allow is None else
+                              frozenset(config.service_allow))
+    opened.streams.on_change.append(followers.on_change)
+    opened.connector_status = lambda: {"ldes": followers.status()}
+    return Server(opened, runner, pipeline, followers, errors)

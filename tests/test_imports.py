@@ -10,20 +10,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["sparql_ext", "store", "engine", "pipeline", "rules", "protocol", "concentrator"]
+PACKAGES = ["sparql_ext", "store", "engine", "pipeline", "rules", "connectors", "protocol", "concentrator"]
 HTTP = {"flask", "werkzeug", "gunicorn", "requests"}
 FORBIDDEN = {
     # pure semantics: no I/O library, not even pyoxigraph
     "sparql_ext": HTTP | {"pyspark", "pyoxigraph", "socket", "os", *PACKAGES[1:]},
     # durable state only: no evaluation, no rules, no Spark, no HTTP
-    "store": HTTP | {"pyspark", "engine", "pipeline", "rules", "protocol", "concentrator"},
+    "store": HTTP | {"pyspark", "engine", "pipeline", "rules", "connectors", "protocol", "concentrator"},
     # extended-SPARQL evaluation: reads the store; HTTP for SERVICE comes in as a session object
-    "engine": HTTP | {"pyspark", "pipeline", "rules", "protocol", "concentrator"},
+    "engine": HTTP | {"pyspark", "pipeline", "rules", "connectors", "protocol", "concentrator"},
     # Spark only: it reads the element log and commits windows; rules reach it through callbacks
-    "pipeline": HTTP | {"rules", "protocol", "concentrator"},
+    "pipeline": HTTP | {"rules", "connectors", "protocol", "concentrator"},
     # rules: registry, firing, executor tasks; no Spark (the pipeline runs their jobs), no HTTP
-    "rules": HTTP | {"pyspark", "pipeline", "protocol", "concentrator"},
-    "protocol": {"pyspark", "pipeline", "concentrator"},
+    "rules": HTTP | {"pyspark", "pipeline", "connectors", "protocol", "concentrator"},
+    # streams fed from elsewhere (an LDES): they write to streams; started by the composition root only
+    "connectors": {"flask", "werkzeug", "gunicorn", "pyspark", "pipeline", "rules", "protocol", "concentrator"},
+    "protocol": {"pyspark", "pipeline", "connectors", "concentrator"},
 }
 
 

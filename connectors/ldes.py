@@ -10,11 +10,13 @@ in ordered ascending mode (the SEMIC LDES specification, §"Synchronization algo
   or ``Cache-Control: immutable``) are read once; the others are polled with ``If-None-Match`` (304: nothing new)
   every ``ldes-poll``. A 410 is a page with no members and no relations; a 404 or 410 leaving nothing pending
   starts again from the view (the bookmark skips what was emitted).
-* **Exactly once.** The state — the pending pages and their ETags, the pages done that pending pages link to, the
-  bookmark (the latest member time emitted and the members at that time) — is written to
-  ``<stream>/ldes-follower.json`` after each page's members are committed: a restart resumes from the pending pages,
-  and a member emitted before a crash and emitted again is recognised (its graph name is an element already, or
-  its time is not after the bookmark, or not after the stream's time in a distinct time series).
+* **Exactly once.** The state — the pending pages and their ETags, the latest immutable pages read (so that a
+  view whose first page moves with retention does not send the client down the whole chain again), the bookmark
+  (the latest member time emitted and the members at that time) — is written to ``<stream>/ldes-follower.json`` at
+  the end of every run and every ``SAVE_EVERY`` seconds within one: a restart resumes from the pending pages. It
+  only spares work: a member emitted before a crash and met again is recognised whatever the state says (its graph
+  name is an element already, or its time is before the bookmark, or not after the stream's time in a distinct
+  time series).
 * **Back-off.** 408, 425, 429, 500, 502, 503, 504 and connection failures are retried after ``Retry-After`` or an
   exponential back-off (1 s … 60 s); any other 4xx/5xx stops the run, and a member the stream refuses stops the
   follower: both are shown in ``/status`` (``connectors.ldes``) and retried after the back-off.

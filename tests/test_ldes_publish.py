@@ -5,11 +5,19 @@ pages are worked out by hand from the element times below and the LDES / TREE sp
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad, RdfFormat, parse
 
 from protocol.services import services_of
+from store import ldes
+from store.elements import ParsedElement
+from store.errors import PageGone
+from store.stream_config import StreamConfig
+from store.streams import StreamCatalog
 
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
 XSD = "http://www.w3.org/2001/XMLSchema#"
@@ -170,3 +178,26 @@ def test_retention_makes_pages_gone_and_the_view_says_so(client: FlaskClient, ap
     assert objects(quads, policy, f"{LDES}fullLogDuration") == [f'"PT10M"^^<{XSD}duration>']
     assert objects(quads, policy, f"{LDES}startingFrom") == [time_literal("2016-06-20T10:01:00Z")]
     assert get(client, f"{VIEW}/2016-06-20T10:01:00Z")[0] == 200
+
+
+def test_gone_pages_stay_gone_after_a_restart(tmp_path: Path) -> None:
+    catalog = StreamCatalog(tmp_path / "streams")
+    stream, _ = catalog.put(StreamConfig("s"))
+    for name, minute in (("a", 0), ("b", 1), ("c", 2)):
+        element = ParsedElement(NamedNode(f"http://ex/{name}"),
+                                [Quad(NamedNode("http://ex/s"), NamedNode("http://ex/p"), Literal(name),
+                                      NamedNode(f"http://ex/{name}"))],
+                                1_466_416_800_000_000 + minute * 60_000_000)  # 2016-06-20T10:0M:00Z
+        stream.accept(element, 0)
+    stream.flush()
+    stream.expire_before(2)  # a (10:00) expires: the page of 10:00 is gone, 10:01 is the first
+    catalog.close()
+    reopened = StreamCatalog(tmp_path / "streams").get("s")
+    try:
+        assert reopened.expired_time == 1_466_416_800_000_000
+        with pytest.raises(PageGone):
+            ldes.page(reopened, 1_466_416_800_000_000)
+        assert ldes.first_page(reopened) == 1_466_416_860_000_000
+        assert ldes.page(reopened, 1_466_416_860_000_000).members == [2]
+    finally:
+        reopened.close()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from connectors.broker import Broker as Broker  # re-exported: the CLI names it
 from connectors.broker import parse_broker
 from connectors.hub import MqttConnector
+from connectors.ldes import LdesFollowers
 from protocol.services import ServerConfig, Services
 from rules.firing import RuleRunner
 from rules.tasks import ExecutorPool, Placement
@@ -39,6 +40,7 @@ class Server:
     services: Services
     runner: RuleRunner
     pipeline: WindowPipeline | None = None
+    followers: LdesFollowers | None = None  # streams that follow an LDES (ldes-source=)
     rule_errors: list[str] = field(default_factory=list)  # rules of the rules directory that did not load
     mqtt: MqttConnector | None = None
     base_url: str = ""
@@ -53,6 +55,8 @@ class Server:
             log.warning("fired rules on %d window(s) committed before the last stop", caught_up)
         if self.mqtt is not None:  # before the pipeline: its publications hold their window sequences
             self.mqtt.start(self.base_url)
+        if self.followers is not None:
+            self.followers.start()
         if self.pipeline is None:
             return None
         if background:
@@ -66,6 +70,8 @@ class Server:
             return
         self._closed = True
         try:
+            if self.followers is not None:  # they write to streams: stopped before the streams close
+                self.followers.close()
             if self._starting is not None:
                 self._starting.join()  # a stop before the query runs would not stop the query started after it
             if self.pipeline is not None:
@@ -100,4 +106,8 @@ def assemble(config: ServerConfig, *, spark_master: str | None, rules_dir: Path 
     if pipeline is not None:
         pipeline.on_windows.append(runner.on_windows)
     connector = MqttConnector(mqtt, config.data_dir, opened) if mqtt is not None else None
-    return Server(opened, runner, pipeline, errors, connector, base_url)
+    followers = LdesFollowers(opened.streams, None if config.service_allow is None else
+                              frozenset(config.service_allow))
+    opened.streams.on_change.append(followers.on_change)
+    opened.connector_status = lambda: {"ldes": followers.status()}
+    return Server(opened, runner, pipeline, followers, errors, connector, base_url)

@@ -105,6 +105,15 @@ class HttpSession(Protocol):
     def post(self, url: str, *, data: bytes, timeout: float, headers: dict[str, str]) -> HttpResponse: ...
 
 
+def host_allowed(url: str, allow_hosts: frozenset[str] | None) -> bool:
+    """Whether an http(s) URL's host (or host:port) is on an allowlist (None: any host). The server reaches other
+    machines only where its operator allows it (``--service-allow``): SERVICE calls, and LDES sources."""
+    if allow_hosts is None:
+        return True
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    hostport = f"{host}:{parts.port}" if parts.port else host
+    return parts.scheme in ("http", "https") and (host in allow_hosts or hostport in allow_hosts)
 
 
 class ExtendedEvaluator:
@@ -271,12 +280,11 @@ class ExtendedEvaluator:
     def check_reachable(self, iri: str) -> None:
         """Refuse a SERVICE IRI whose host is not on the allowlist (a rule or query must not probe other
         machines through this server)."""
-        if self.allow_hosts is None:
-            return
-        parts = urlsplit(iri)
-        host = (parts.hostname or "").lower()
-        hostport = f"{host}:{parts.port}" if parts.port else host
-        if parts.scheme not in ("http", "https") or (host not in self.allow_hosts and hostport not in self.allow_hosts):
+        if not host_allowed(iri, self.allow_hosts):
+            assert self.allow_hosts is not None
+            parts = urlsplit(iri)
+            host = (parts.hostname or "").lower()
+            hostport = f"{host}:{parts.port}" if parts.port else host
             raise ServiceNotAllowed(f"SERVICE <{iri}>: {hostport or iri} is not on this server's SERVICE allowlist "
                                     f"({', '.join(sorted(self.allow_hosts)) or 'empty: only this server'}); "
                                     "the operator adds hosts with --service-allow")

@@ -34,6 +34,14 @@ class NotAcceptable(HttpProblem):
     status_hint = 406
 
 
+class Forbidden(HttpProblem):
+    status_hint = 403
+
+
+class NotFound(HttpProblem):
+    status_hint = 404
+
+
 class Gone(HttpProblem):
     """What was asked for existed once and is no longer kept (e.g. a resume point past retention)."""
 

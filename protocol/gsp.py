@@ -13,6 +13,7 @@ import uuid
 from flask import Blueprint, Response, request
 from pyoxigraph import DefaultGraph, NamedNode, RdfFormat, serialize
 
+from protocol import memento
 from protocol.bodies import revision_parameter, upload_limit
 from protocol.errors import BadRequest, NotAcceptable, UnsupportedMediaType
 from protocol.negotiation import (
@@ -75,26 +76,42 @@ def graph_store(subpath: str | None = None) -> Response:
 
 def _get(target: GraphName | None) -> Response:
     dataset = _dataset()
-    ordinal = dataset.resolve(revision_parameter())
     accept = request.headers.get("Accept")
+    formats = DATASET_FORMATS if target is None else GRAPH_FORMATS
+    original = memento.original_url()
+    if best_media_type(accept, [*formats, memento.LINK_FORMAT]) == memento.LINK_FORMAT:
+        return memento.timemap_response(original, memento.dataset_mementos(dataset, original) if target is None
+                                        else memento.graph_mementos(dataset, target, original))
+    designator = revision_parameter()
+    wanted = memento.accept_datetime() if designator is None else None
+    selected = None if wanted is None else memento.select_revision(dataset, target, wanted, original)
+    ordinal = selected.ordinal if selected is not None else dataset.resolve(designator)
     spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
     if target is None:
         mimetype = best_media_type(accept, list(DATASET_FORMATS))
         if mimetype is None:
-            raise NotAcceptable("the whole dataset is available as: " + ", ".join(DATASET_FORMATS))
+            raise NotAcceptable("the whole dataset is available as: " + ", ".join(DATASET_FORMATS)
+                                + f", and its TimeMap as {memento.LINK_FORMAT}")
         with dataset.reading(ordinal) as store:
             store.dump(spool, DATASET_FORMATS[mimetype])
     else:
         mimetype = best_media_type(accept, list(GRAPH_FORMATS))
         if mimetype is None:
-            raise NotAcceptable("a graph is available as: " + ", ".join(GRAPH_FORMATS))
+            raise NotAcceptable("a graph is available as: " + ", ".join(GRAPH_FORMATS)
+                                + f", and its TimeMap as {memento.LINK_FORMAT}")
         quads = dataset.graph_quads(target, ordinal)
         if quads is None:
             at = "" if ordinal is None else f" at revision {ordinal}"
             raise GraphNotFound(f"graph {graph_to_text(target)} does not exist{at}")
         serialize((q.triple for q in quads), spool, GRAPH_FORMATS[mimetype])
     revision = dataset.revision(dataset.head if ordinal is None else ordinal)
-    return spooled_response(spool, mimetype, revision_headers(revision) if revision else {})
+    headers = revision_headers(revision) if revision else {}
+    if selected is not None:  # Accept-Datetime: this resource is its own TimeGate
+        headers.update(memento.memento_headers(original, selected, negotiated=True))
+    elif designator is not None and revision is not None:  # a revision-id= URL is a memento
+        headers.update(memento.memento_headers(original, memento.revision_memento(original, revision),
+                                               negotiated=False))
+    return spooled_response(spool, mimetype, headers)
 
 
 def _body_format(mimetype: str, options: dict[str, str]) -> RdfFormat:

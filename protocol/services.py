@@ -142,6 +142,7 @@ class Services:
     evaluator: ExtendedEvaluator
     rules: RuleRegistry
     pipeline_status: Callable[[], dict[str, object]] = _not_running
+    connector_status: Callable[[], dict[str, object]] = dict  # what feeds streams besides uploads (LDES followers)
     continuous: Registrations = field(default_factory=Registrations)  # the continuous responses running now
     window_results: SharedResults[Any] = field(default_factory=SharedResults)  # shared by continuous responses
     connectors: Connectors = field(default_factory=Connectors)  # MQTT (serve --mqtt), set by the composition root

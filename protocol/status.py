@@ -27,6 +27,7 @@ def status() -> Response:
         },
         "streams": {name: _stream_status(catalog.get(name)) for name in catalog.names()},
         "pipeline": services().pipeline_status(),
+        "connectors": services().connector_status(),  # streams following an LDES: source, pages, members, errors
         "rules": {rule.name: rule_json(rule) for rule in services().rules.rules()},
         # static rule parts (SERVICE ?var prefixes, SERVICE <…/sparql>) evaluated once per dataset revision
         "static_cache": services().evaluator.cache.status(),

@@ -6,16 +6,19 @@ from __future__ import annotations
 import json
 import tempfile
 import uuid
+from collections.abc import Iterable
+from urllib.parse import urlsplit
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 from pyoxigraph import Literal, NamedNode, RdfFormat, serialize
 
-from engine.evaluation import QueryTarget
+from engine.evaluation import QueryTarget, host_allowed
 from engine.selection import SelectedWindow, revision_selection, revision_window, select_window
+from protocol import memento
 from protocol.access import token_hash
 from protocol.bodies import revision_parameter, text_body
 from protocol.continuous import continuous_response, wants_continuous
-from protocol.errors import BadRequest, HttpProblem, NotAcceptable, UnsupportedMediaType
+from protocol.errors import BadRequest, Forbidden, HttpProblem, NotAcceptable, UnsupportedMediaType
 from protocol.incremental import available_reader, drain
 from protocol.negotiation import BODY_FORMATS, DATASET_FORMATS, best_media_type, body_media_type, is_utf8
 from protocol.parameters import reads
@@ -35,9 +38,10 @@ from sparql_ext.errors import ConcentratorError
 from sparql_ext.windowing import format_micros, to_micros
 from sparql_ext.windowref import parse_window_ref
 from store.durable import now_micros
-from store.elements import single_element
+from store.elements import ParsedElement, single_element
 from store.errors import RevisionNotFound, StreamNotFound
 from store.framing import ElementFramer
+from store.jsonld import JsonLdFramer
 from store.stream import Stream
 from store.stream_config import MESSAGE_FORMATS, StreamConfig
 from store.streams import StreamCatalog, check_stream_name
@@ -52,6 +56,7 @@ XSD_DATETIME = NamedNode("http://www.w3.org/2001/XMLSchema#dateTime")
 STREAM_PARAMETERS = (
     "timestamp-predicate", "lateness", "retention", "alias", "write-token",  # PUT: settings
     "mqtt-topic", "mqtt-format", "timestamp-path", "graph-template", "dead-letter",
+    "ldes-page", "ldes-source", "ldes-timestamp-path", "ldes-poll",  # PUT: LDES settings
     "punctuation", "graph", "timestamp",  # POST: upload
     "WINDOWS", "query", "revision-id", "timeout", "default-graph-uri", "named-graph-uri",  # windows, queries
     "answer", "packaging", "format", "report", "operator", "after", "from", "sequence",  # continuous responses
@@ -102,9 +107,7 @@ def stream_resource(name: str) -> Response:
     if is_service_identification(request.headers.get("User-Agent"), has_query=False):
         return _service_description()
     if params.windows is None:
-        if best_media_type(request.headers.get("Accept"), ["application/json", *DATASET_FORMATS]) in DATASET_FORMATS:
-            return _dataset_response(stream, revision_selection(stream, revision_parameter()))
-        return jsonify(_describe(stream))
+        return _stream_get(stream)
     return _dataset_response(stream, _select_window(stream, params.windows))
 
 
@@ -120,6 +123,29 @@ def stream_websocket(name: str) -> Response:
         raise BadRequest(f"WINDOWS={params.windows}: a WebSocket sends one message per window of a repeating "
                          "WindowRef (R/…); GET the IRI over HTTP for one window")
     return continuous_websocket(stream, params.windows, _query_text(params.extra))
+
+
+def _stream_get(stream: Stream) -> Response:
+    """The stream IRI without WINDOWS: its description (JSON), its dataset at a revision, or its TimeMap; with
+    ``Accept-Datetime`` its dataset at the element at or before that instant (Memento)."""
+    chosen = best_media_type(request.headers.get("Accept"), ["application/json", *DATASET_FORMATS,
+                                                             memento.LINK_FORMAT])
+    original = memento.original_url()
+    if chosen == memento.LINK_FORMAT:
+        return memento.timemap_response(original, memento.stream_mementos(stream, original))
+    designator = revision_parameter()
+    wanted = memento.accept_datetime() if designator is None else None
+    if wanted is not None:
+        selected = memento.select_element(stream, wanted, original)
+        headers = memento.memento_headers(original, selected, negotiated=True)
+        return _dataset_response(stream, revision_selection(stream, str(selected.ordinal)), headers)
+    if chosen in DATASET_FORMATS:
+        selection = revision_selection(stream, designator)
+        found = None if designator is None or not selection.ordinals else \
+            memento.stream_memento(stream, selection.ordinals[-1], original)
+        headers = {} if found is None else memento.memento_headers(original, found, negotiated=False)
+        return _dataset_response(stream, selection, headers)
+    return jsonify(_describe(stream))
 
 
 ELEMENTS_LIMIT = 10_000  # records per GET /streams/{name}/elements page
@@ -190,8 +216,9 @@ def _describe_revision(kind: str, revision: WindowRevision) -> dict[str, object]
 
 # -- configuration and description -----------------------------------------------------------
 
+LDES_SETTINGS = ("ldes-page", "ldes-source", "ldes-timestamp-path", "ldes-poll")
 SETTINGS = ("timestamp-predicate", "lateness", "retention", "alias", "write-token", "mqtt-topic", "mqtt-format",
-            "timestamp-path", "graph-template", "dead-letter")
+            "timestamp-path", "graph-template", "dead-letter", *LDES_SETTINGS)
 LISTS = ("alias", "mqtt-topic")  # settings that take several values (repeat the parameter, or a JSON list)
 
 
@@ -223,6 +250,7 @@ def _put(name: str) -> Response:
         config.retention = duration_micros(str(options["retention"]), "retention")
     config.aliases = [_iri(a, "alias") for a in _values(options, "alias")]
     _mqtt_settings(config, options)
+    _ldes_settings(config, options)
     _, created = _catalog().put(config)
     return empty_response(201 if created else 204, {"Location": request.base_url})
 
@@ -258,6 +286,34 @@ def _mqtt_settings(config: StreamConfig, options: dict[str, object]) -> None:
             raise BadRequest("dead-letter: a stream cannot be its own dead-letter stream")
 
 
+def _ldes_settings(config: StreamConfig, options: dict[str, object]) -> None:
+    """The LDES settings: the page duration of the stream's own LDES; the LDES it follows, if any (a host the
+    operator allows, as for SERVICE: --service-allow), its members' timestamp path, the time between polls."""
+    if "ldes-page" in options:
+        config.ldes_page = duration_micros(str(options["ldes-page"]), "ldes-page")
+        if config.ldes_page < 1_000_000:
+            raise BadRequest(f"ldes-page={options['ldes-page']!r}: an LDES page spans at least a second (PT1S)")
+    source = options.get("ldes-source")
+    if source:
+        config.ldes_source = str(source)
+        parts = urlsplit(config.ldes_source)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise BadRequest(f"ldes-source={config.ldes_source!r} is not an http(s) URL of an LDES (its view, or "
+                             "its event stream)")
+        allowed = current_app.config["CONCENTRATOR"].service_allow
+        if not host_allowed(config.ldes_source, None if allowed is None else frozenset(allowed)):
+            raise Forbidden(f"ldes-source={config.ldes_source!r}: {parts.netloc} is not on this server's allowlist "
+                            f"({', '.join(sorted(allowed)) or 'empty'}); the operator adds hosts with --service-allow")
+    elif any(key in options for key in ("ldes-timestamp-path", "ldes-poll")):
+        raise BadRequest("ldes-timestamp-path and ldes-poll apply to a stream that follows an LDES: give ldes-source")
+    if "ldes-timestamp-path" in options:
+        config.ldes_timestamp_path = _iri(str(options["ldes-timestamp-path"]), "ldes-timestamp-path")
+    if "ldes-poll" in options:
+        config.ldes_poll = duration_micros(str(options["ldes-poll"]), "ldes-poll") / 1_000_000
+        if not 0.1 <= config.ldes_poll <= 86_400:
+            raise BadRequest(f"ldes-poll={options['ldes-poll']!r}: poll between every 0.1 s (PT0.1S) and once a day")
+
+
 def _describe(stream: Stream) -> dict[str, object]:
     head = stream.head()
     record = stream.record(head) if len(stream) else None
@@ -274,6 +330,9 @@ def _describe(stream: Stream) -> dict[str, object]:
             "topics": config.mqtt_topics, "format": config.mqtt_format, "timestamp_path": config.timestamp_path,
             "graph_template": config.graph_template, "dead_letter": config.dead_letter_stream,
         },
+        "ldes": {"view": request.host_url.rstrip("/") + "/streams/" + config.name + "/ldes",
+                 "page_us": config.ldes_page, "source": config.ldes_source,
+                 "timestamp_path": config.ldes_timestamp_path, "poll_seconds": config.ldes_poll},
         "elements": len(stream),
         "first_ordinal": stream.first_ordinal if len(stream) else None,
         "head": None if record is None else {
@@ -313,9 +372,9 @@ def _upload(stream: Stream) -> Response:
     mimetype, options = body_media_type(request.headers.get("Content-Type"))
     if mimetype not in BODY_FORMATS or BODY_FORMATS[mimetype] not in _STREAM_FORMATS:
         raise UnsupportedMediaType(
-            f"Content-Type {mimetype or '(none)'!r} is not a stream upload: send application/trig or "
-            "application/n-quads (each named graph one element), or text/turtle or application/n-triples "
-            "(the whole body one element)")
+            f"Content-Type {mimetype or '(none)'!r} is not a stream upload: send application/trig, "
+            "application/n-quads or application/ld+json (each named graph one element), or text/turtle or "
+            "application/n-triples (the whole body one element)")
     if not is_utf8(options):
         raise UnsupportedMediaType(f"charset {options['charset']!r} is not supported: send UTF-8")
     rdf_format = BODY_FORMATS[mimetype]
@@ -329,8 +388,11 @@ def _upload(stream: Stream) -> Response:
         ordinal = stream.accept(element, now_micros())
         stream.flush()
         return _upload_answer(stream, 1, ordinal, ordinal)
-    framer = ElementFramer(reader, rdf_format, stream.config.timestamp_predicate, base_iri=request.base_url,
-                           first_ordinal=stream.head() + 1)
+    framer: Iterable[ParsedElement] = (
+        JsonLdFramer(reader, stream.config.timestamp_predicate, base_iri=request.base_url,
+                     first_ordinal=stream.head() + 1) if rdf_format == RdfFormat.JSON_LD else
+        ElementFramer(reader, rdf_format, stream.config.timestamp_predicate, base_iri=request.base_url,
+                      first_ordinal=stream.head() + 1))
     committed = 0
     first: int | None = None
     last: int | None = None
@@ -352,11 +414,12 @@ def _upload(stream: Stream) -> Response:
              **({"Revision-Ordinal": str(last)} if last is not None else {})},
         ) from None
     stream.flush()
-    stream.ingest.framing_seconds += framer.seconds
+    if isinstance(framer, ElementFramer):
+        stream.ingest.framing_seconds += framer.seconds
     return _upload_answer(stream, committed, first, last)
 
 
-_STREAM_FORMATS = (RdfFormat.TRIG, RdfFormat.N_QUADS, RdfFormat.TURTLE, RdfFormat.N_TRIPLES)
+_STREAM_FORMATS = (RdfFormat.TRIG, RdfFormat.N_QUADS, RdfFormat.JSON_LD, RdfFormat.TURTLE, RdfFormat.N_TRIPLES)
 
 
 def _upload_answer(stream: Stream, committed: int, first: int | None, last: int | None) -> Response:
@@ -411,13 +474,14 @@ def _query(stream: Stream, windows: str | None, text: str) -> Response:
     return spooled_response(spool, mimetype, window_headers(selected))
 
 
-def _dataset_response(stream: Stream, selected: SelectedWindow) -> Response:
+def _dataset_response(stream: Stream, selected: SelectedWindow, more: dict[str, str] | None = None) -> Response:
     mimetype = best_media_type(request.headers.get("Accept"), list(DATASET_FORMATS))
     if mimetype is None:
         raise NotAcceptable("a window is a dataset: available as " + ", ".join(DATASET_FORMATS))
     spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
     serialize(stream.dataset_quads(selected.ordinals), spool, DATASET_FORMATS[mimetype])
-    headers = {**window_headers(selected), "Window-Elements": str(len(selected.ordinals))}  # the whole stream too
+    headers = {**window_headers(selected), "Window-Elements": str(len(selected.ordinals)),  # the whole stream too
+               **(more or {})}
     return spooled_response(spool, mimetype, headers)
 
 

@@ -136,6 +136,30 @@ class RevisionedDataset:
             return None  # at past revisions a graph exists when it has quads
         return list(quads)
 
+    def graph_revisions(self, graph: GraphName) -> list[Revision]:
+        """The readable revisions of one graph, oldest first: those whose delta changed it and after which it exists,
+        and the oldest readable revision if the graph exists there (what wrote it before is no longer known). These
+        are the graph's mementos (RFC 7089). Cost: every retained delta is read once, newest first, undoing them
+        from HEAD over the graph's quads."""
+        with self._lock.read():
+            oldest = self._oldest_readable  # the revisions after it have their deltas
+            quads = set(self._store.quads_for_pattern(None, None, None, graph))
+            exists = bool(quads) or isinstance(graph, DefaultGraph) or self._store.contains_named_graph(graph)
+            found: list[Revision] = []
+            for revision in reversed(self._log.since(oldest)):  # HEAD down to oldest + 1
+                ins, dele = self._history.delta_paths(revision.ordinal)
+                inserted = [q for q in parse(path=ins, format=NQ) if q.graph_name == graph]
+                deleted = [q for q in parse(path=dele, format=NQ) if q.graph_name == graph]
+                if (inserted or deleted) and exists:
+                    found.append(revision)
+                quads.difference_update(inserted)
+                quads.update(deleted)
+                exists = bool(quads) or isinstance(graph, DefaultGraph)  # in the past a graph exists with quads
+            first = self._log.get(oldest)  # None for 0, the empty state
+            if first is not None and exists:
+                found.append(first)
+        return found[::-1]
+
     def contains_graph(self, graph: GraphName) -> bool:
         with self._lock.read():
             return isinstance(graph, DefaultGraph) or self._store.contains_named_graph(graph)

@@ -96,3 +96,15 @@ class StreamConflict(StoreError):
     """A stream configuration that cannot be applied (e.g. an alias another stream holds)."""
 
     status_hint = 409
+
+
+class PageNotFound(StoreError):
+    """An LDES page IRI that names no page of the stream (not a page start, or no member in its time)."""
+
+    status_hint = 404
+
+
+class PageGone(StoreError):
+    """An LDES page whose members retention expired (LDES: compacted pages answer 410 Gone)."""
+
+    status_hint = 410

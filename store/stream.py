@@ -88,6 +88,8 @@ class Stream(StreamIndex):
         self._unflushed = 0
         self._failure: StorageFailure | None = None
         self._closed = False
+        # the latest timestamp retention expired (µs), None if nothing expired: what the stream can no longer show
+        self.expired_time: int | None = None
         self._recover()
         from store.windows import WindowLog  # windows.py builds on this module's helpers
 
@@ -318,6 +320,7 @@ class Stream(StreamIndex):
         cut = json.loads(expired.read_text()) if expired.exists() else {"before": 1}
         before = cut["before"]
         self.first_ordinal = before
+        self.expired_time = cut.get("expired_time")  # absent from cuts made before it was kept
         if cut.get("stream_time") is not None:
             self.stream_time = cut["stream_time"]
         for _, record, location in self._log.recover():
@@ -341,7 +344,10 @@ class Stream(StreamIndex):
             if count == 0:
                 return 0
             cut = self.first_ordinal + count
-            write_json(self.directory / "expired.json", {"before": cut, "stream_time": self.stream_time})
+            latest = max(self._times[:count])  # with a lateness, not the last one's
+            self.expired_time = latest if self.expired_time is None else max(self.expired_time, latest)
+            write_json(self.directory / "expired.json", {"before": cut, "stream_time": self.stream_time,
+                                                         "expired_time": self.expired_time})
             self._cut(cut)
         with self._window_lock:
             self._window_stores.clear()

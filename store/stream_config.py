@@ -42,6 +42,13 @@ class StreamConfig:
     @property
     def dead_letter_stream(self) -> str:
         return self.dead_letter or f"{self.name}-dead-letter"
+    # LDES (docs/connectors.md): the stream published as an ldes:EventStream, one page per ``ldes_page`` µs of stream
+    # time (store/ldes.py); and, with ``ldes_source``, fed by following a remote LDES (connectors/ldes.py) — its
+    # members' timestamp path (None: the LDES's own ldes:timestampPath) and the seconds between polls of its open pages
+    ldes_page: int = 60_000_000
+    ldes_source: str | None = None
+    ldes_timestamp_path: str | None = None
+    ldes_poll: float = 1.0
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

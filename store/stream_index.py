@@ -90,6 +90,14 @@ class StreamIndex:
 
     # -- more look-ups ------------------------------------------------------------------------------------------
 
+    def first_at_or_after(self, time: int) -> Element | None:
+        """The retained element with the earliest timestamp at or after ``time`` (the lowest ordinal among equals)."""
+        if self._by_time:
+            i = bisect.bisect_left(self._by_time, (time, 0))
+            return Element(self._by_time[i][1], self._by_time[i][0]) if i < len(self._by_time) else None
+        i = bisect.bisect_left(self._times, time)
+        return Element(self.first_ordinal + i, self._times[i]) if i < len(self._times) else None
+
     def record(self, ordinal: int) -> ElementRecord | None:
         i = ordinal - self.first_ordinal
         if not 0 <= i < len(self._times):

@@ -25,8 +25,9 @@ FORBIDDEN = {
     "rules": HTTP | {"pyspark", "pipeline", "protocol", "connectors", "concentrator"},
     # HTTP: reaches the MQTT connector only through protocol.services.Connectors
     "protocol": {"pyspark", "pipeline", "connectors", "concentrator"},
-    # the I/O of other transports (MQTT): no web framework, no Spark
-    "connectors": HTTP | {"pyspark", "pipeline", "concentrator"},
+    # the I/O of other transports (MQTT, LDES): they write to streams and publish window results (protocol's shared
+    # producers); no web server, no Spark; started by the composition root only (requests: the LDES client)
+    "connectors": {"flask", "werkzeug", "gunicorn", "pyspark", "pipeline", "concentrator"},
 }
 
 

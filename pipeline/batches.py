@@ -28,7 +28,6 @@ from __future__ import annotations
 import copy
 import logging
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -42,7 +41,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pipeline.assignment import assign_ranges, fold_runs, sequence_table
-from pipeline.element_source import LOG_DIRECTORY, element_stream, start_element_pipeline, stop_element_pipeline
+from pipeline.element_source import LOG_DIRECTORY, WARM_UP_STREAM, start_element_pipeline, stop_element_pipeline
 from pipeline.errors import PipelineError
 from pipeline.spark import SparkSettings, spark_session
 from sparql_ext.window_state import BatchSummary, Step, advance, assignable
@@ -114,7 +113,7 @@ class WindowPipeline:
             self.spark = spark_session(self.settings)
             self.root.mkdir(parents=True, exist_ok=True)
             if self.warm_up:
-                self._warm_up()
+                self._prime()
             self._stopping.clear()
             self._query = self._start_query()
         except Exception as error:
@@ -122,34 +121,39 @@ class WindowPipeline:
             raise
         self._supervisor = threading.Thread(target=self._supervise, name="window-pipeline", daemon=True)
         self._supervisor.start()
+        if self.warm_up:
+            self._wait_primed()
         self.ready.set()
 
-    def _warm_up(self) -> None:
-        """Run one tiny batch of the same plan over a throw-away log before the real query starts.
+    def _prime(self, records: int = 2_000) -> None:
+        """Append a few element records to the pipeline's own log (``WARM_UP_STREAM``), which no stream owns: they
+        make the query's first batch, and ``start`` waits for it.
 
-        The first batch in a JVM pays for class loading, JIT, code generation and the Python workers' start:
-        measured 13 s during an ingest flood on 2 cores (so every window of the first 20 s waited that long), 0.3 s
-        for the same batch afterwards. Here it costs ≈ 2-4 s of start-up, while no window is waiting."""
-        assert self.spark is not None
-        began = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="pipeline-warm-up-") as directory:
-            root, checkpoint = Path(directory) / "streams", Path(directory) / "checkpoint"
-            log_directory = root / "warm-up" / LOG_DIRECTORY
-            log_directory.mkdir(parents=True)
-            now = int(time.time() * 1e6)
-            records = [ElementRecord(ordinal, now + ordinal, f"<urn:warm-up:{ordinal}>", now, None, (0, 1))
-                       for ordinal in (1, 2)]
-            (log_directory / (segment_name(0) + ".jsonl")).write_text("".join(encode(r) + "\n" for r in records))
-            spec = WindowSpec("warm-up", "time", False, now, 1, 1, "time", 0, None)
-            table = sequence_table([("warm-up", "warm-up", spec)])
+        The first batch in a JVM pays for class loading, the Python data source's processes, code generation and
+        the JIT: measured ≈ 13 s on 2 cores, during an ingest flood, so that every window of the first 20 s of the
+        flood waited that long; once warm, such a batch takes ≈ 0.3 s. Primed, "ready" means warm. The log is
+        written again from scratch once it passes 4 MB (the source then reads it from its start, as a re-created
+        log)."""
+        directory = self.root / WARM_UP_STREAM / LOG_DIRECTORY
+        path = directory / (segment_name(0) + ".jsonl")
+        if path.exists() and path.stat().st_size > 4 << 20:
+            path.unlink()
+        directory.mkdir(parents=True, exist_ok=True)
+        now = int(time.time() * 1e6)
+        lines = "".join(encode(ElementRecord(ordinal, now + 1_000 * ordinal, f"<urn:warm-up:{ordinal}>", now, None,
+                                             (0, 1))) + "\n" for ordinal in range(1, records + 1))
+        with path.open("a") as out:
+            out.write(lines)
 
-            def batch(frame: DataFrame, _: int) -> None:
-                fold_runs(assign_ranges(frame, table).toArrow())
-
-            query = (element_stream(self.spark, root).writeStream.foreachBatch(batch)
-                     .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-            query.awaitTermination()
-        log.debug("window pipeline warmed up in %.1f s", time.monotonic() - began)
+    def _wait_primed(self, timeout: float = 120.0) -> None:
+        """Until the query has run its first batch (the primed records, and whatever else was waiting)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self._stopping.is_set():
+            with self._lock:
+                if self._status.batches or self._status.errors:
+                    return
+            time.sleep(0.05)
+        log.warning("window pipeline: no first batch after %.0f s", timeout)
 
     def _restart_from_scratch_if_asked(self) -> None:
         """A migrated log (``store.migrate``) no longer matches the checkpoint's positions: start a new one."""
@@ -250,6 +254,7 @@ class WindowPipeline:
             "last_error": s.last_error, "last_error_at": s.last_error_at, "errors": s.errors,
             "restarts": s.restarts, "windows_emitted": s.windows_emitted, "expired_elements": s.expired_elements,
             "skipped_empty_windows": s.skipped_empty_windows, "streams": streams,
+            "spark_progress": _progress(query),
         }
 
     def caught_up(self, stream: Stream) -> bool:
@@ -373,6 +378,21 @@ class WindowPipeline:
         count = stream.expire_before(step.expire_before)
         log.debug("stream %s: expired %d elements below ordinal %d", stream.config.name, count, step.expire_before)
         return count
+
+
+def _progress(query: StreamingQuery | None) -> dict[str, Any] | None:
+    """Spark's own account of the last micro-batch (its id, rows, and milliseconds per phase: latestOffset,
+    queryPlanning, addBatch = our handler, walCommit, …), for /status; None before the first one."""
+    if query is None:
+        return None
+    try:
+        progress = query.lastProgress
+    except Exception:  # noqa: BLE001 - the query may be stopping; status must still answer
+        return None
+    if not progress:
+        return None
+    return {"batch_id": progress.get("batchId"), "rows": progress.get("numInputRows"),
+            "timestamp": progress.get("timestamp"), "duration_ms": progress.get("durationMs")}
 
 
 def _summaries(ranges: pa.Table) -> dict[str, BatchSummary]:

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 
 SOURCE_NAME = "element_log"
 LOG_DIRECTORY = "log"
+#: The pipeline's own log (``pipeline.batches``): a few records appended at each start make the query's first batch,
+#: so that the first batch of real elements finds a warm JVM and Python workers. No stream can have this name.
+WARM_UP_STREAM = ".warm-up"
 
 SCHEMA = StructType(
     [
@@ -79,7 +82,7 @@ def list_streams(root: Path) -> dict[str, Path]:
         return {}
     found: dict[str, Path] = {}
     for entry in entries:
-        if entry.name.startswith(".") or not entry.is_dir():
+        if (entry.name.startswith(".") and entry.name != WARM_UP_STREAM) or not entry.is_dir():
             continue
         path = Path(entry.path) / LOG_DIRECTORY
         if path.is_dir():

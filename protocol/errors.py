@@ -30,6 +30,10 @@ class BadRequest(HttpProblem):
     status_hint = 400
 
 
+class NotFound(HttpProblem):
+    status_hint = 404
+
+
 class NotAcceptable(HttpProblem):
     status_hint = 406
 

@@ -341,3 +341,14 @@ def test_a_window_and_a_rule_output_appear_live(page: Any, tmp_path: Path) -> No
         expect(rule.locator("td").nth(5)).to_have_text("0")  # failures
         expect(rule.locator("td").nth(6)).to_contain_text("none (last window: beat window 0")
         screenshot(page, "rules", tmp_path)
+
+        # the streams view: beat's sequence and its latest window, [10:00, 10:01) with b1 and b2
+        page.get_by_role("link", name="Streams").click()
+        beat_row = page.locator('#streams-table tr[data-stream="beat"]')
+        expect(beat_row.locator("td").nth(0)).to_have_text("3")
+        expect(beat_row.locator("td").nth(3)).to_have_text("R/HEAD/PT1M · 1 window")
+        expect(beat_row.locator("td").nth(4)).to_have_text(
+            "window 0 [2016-06-20T10:00:00Z, 2016-06-20T10:01:00Z) · 2 elements")
+        averages_row = page.locator('#streams-table tr[data-stream="averages"]')
+        expect(averages_row.locator("td").nth(4)).to_have_text("window 0 element 1 · 1 element")  # a count window
+        screenshot(page, "streams-windows", tmp_path)

@@ -169,16 +169,28 @@ async function refreshStreams() {
   $("#streams-empty").hidden = state.streams.length > 0;
 }
 
+function plural(count, noun) {
+  return `${count} ${noun}${count === 1 ? "" : "s"}`;
+}
+
+// A window's bounds: a time window [start, end) in stream time; a count window by its element ordinals.
+function bounds(window) {
+  if (typeof window.start === "number") {
+    return window.start === window.end ? `element ${window.start}` : `elements ${window.start}–${window.end}`;
+  }
+  return `[${window.start}, ${window.end})`;
+}
+
 function streamRow(stream) {
   const sequences = stream.sequences.length
     ? element("ul", { class: "plain" }, stream.sequences.map((s) =>
-      element("li", {}, element("code", { text: s.ref }), ` · ${s.windows_emitted} windows`)))
+      element("li", {}, element("code", { text: s.ref }), ` · ${plural(s.windows_emitted, "window")}`)))
     : "none";
   const latest = stream.sequences.filter((s) => s.latest);
   const windows = latest.length
     ? element("ul", { class: "plain" }, latest.map((s) => element("li", {},
-      `window ${s.latest.index} `, element("code", { text: `[${s.latest.start}, ${s.latest.end})` }),
-      ` · ${s.latest.count} elements`)))
+      `window ${s.latest.index} `, element("code", { text: bounds(s.latest) }),
+      ` · ${plural(s.latest.count, "element")}`)))
     : "none yet";
   return element("tr", { "data-stream": stream.name },
     element("th", { scope: "row" }, element("a", { href: `/streams/${encodeURIComponent(stream.name)}` ,

@@ -309,8 +309,7 @@ def run_upload(args: argparse.Namespace) -> int:
         return fail(f"the request to {server} failed: {_os_reason(error)}", 1)
     except KeyboardInterrupt:
         bar.close()
-        return fail("interrupted (what was committed stays; run the command again to send the rest — it starts over "
-                    "from the file's first element, so remove what was sent first)", 130)
+        return fail(f"interrupted: what was committed stays (GET {args.url} shows the stream's HEAD)", 130)
     bar.close()
     span = f" (ordinals {summary.first_ordinal}–{summary.last_ordinal})" if summary.first_ordinal is not None else ""
     rate = summary.elements / summary.seconds if summary.seconds else 0.0

@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,19 +208,25 @@ def test_a_progress_bar_on_a_terminal(tmp_path: Path, server: RunningServer) -> 
     file.write_text(readings(3000), encoding="utf-8")
     primary, secondary = pty.openpty()
     fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # a terminal of 160 columns
-    try:
-        done = concentrator(file, f"{server.url}/streams/bar", "--create", "--batch", "500", stderr=secondary)
-        os.close(secondary)
-        shown = b""
+    shown = bytearray()
+
+    def read_terminal() -> None:  # as it is written: a full terminal buffer would block the command
         while True:
             try:
                 chunk = os.read(primary, 65536)
             except OSError:  # the terminal closed
-                break
+                return
             if not chunk:
-                break
-            shown += chunk
+                return
+            shown.extend(chunk)
+
+    reader = threading.Thread(target=read_terminal, daemon=True)
+    reader.start()
+    try:
+        done = concentrator(file, f"{server.url}/streams/bar", "--create", "--batch", "500", stderr=secondary)
     finally:
+        os.close(secondary)
+        reader.join(10)
         os.close(primary)
     assert done.returncode == 0
     screen = shown.decode("utf-8", errors="replace")

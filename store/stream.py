@@ -47,6 +47,7 @@ RESERVED_PREFIX = "urn:x-concentrator:"
 _XSD_DATETIME = "http://www.w3.org/2001/XMLSchema#dateTime"
 _MAX_BATCH = 5_000  # elements per commit: bounds the latency of a batch during a flood
 WINDOW_STORES_KEPT = 8  # in-memory window datasets per stream (window_store)
+_REFUSALS = threading.Lock()  # IngestStats.refused
 
 
 @dataclass
@@ -67,7 +68,8 @@ class IngestStats:
 
     def refused(self, status: int) -> None:
         """Count an upload refused with ``status`` (the uploader says so: the store does not know HTTP)."""
-        self.upload_errors[str(status)] = self.upload_errors.get(str(status), 0) + 1
+        with _REFUSALS:  # request threads refuse concurrently; the other counters are the committer's alone
+            self.upload_errors[str(status)] = self.upload_errors.get(str(status), 0) + 1
 
     def to_json(self) -> dict[str, object]:
         return {key: round(value, 4) if isinstance(value, float) else value for key, value in asdict(self).items()}

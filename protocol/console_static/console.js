@@ -125,6 +125,10 @@ function showView(name, moveFocus) {
 
 function refresh() {
   clearTimeout(state.timer);
+  if (document.hidden) { // a tab in the background asks nothing; it refreshes when shown again
+    state.timer = setTimeout(refresh, REFRESH_MS);
+    return;
+  }
   const work = { streams: refreshStreams, rules: refreshRules, live: refreshStreamList, query: refreshStreamList };
   work[state.view]().finally(() => {
     state.timer = setTimeout(refresh, REFRESH_MS);

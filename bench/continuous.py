@@ -21,15 +21,28 @@ Prints a table and writes ``bench/results/continuous.json``.
 from __future__ import annotations
 
 import argparse
+import json
 import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import requests
 
-from bench.harness import Measurement, environment, print_table, write_json
+from bench.harness import (
+    RESULTS_DIR,
+    Measurement,
+    bar_plot,
+    environment,
+    print_table,
+    replot,
+    scaling_plot,
+    summary_plot,
+    write_json,
+    write_plots,
+)
 from concentrator.client import windows
 from conformance.server import RunningServer, running_server
 
@@ -143,6 +156,30 @@ def _summary(values: list[float]) -> dict[str, float | int | None]:
     return {"n": len(values), "p50_ms": pct(0.5), "p99_ms": pct(0.99), "max_ms": round(values[-1], 1)}
 
 
+def plots(document: dict[str, Any], name: str) -> list[Path]:
+    """``<name>_ingest.png``: the ingest rate with subscribers beside the same upload without; ``<name>_latency.png``:
+    delivery latency to the last subscriber; ``continuous_scaling.png``: that latency against the offered rate, over
+    every continuous*.json result (one point per run)."""
+    result = document["result"]
+    rate, subscribers = result["rate_target"], result["subscribers"]
+    drawn = [
+        bar_plot(f"{name}_ingest", f"Ingest with {subscribers} continuous subscribers beside the same upload without",
+                 {f"{rate:,.0f} elements/s offered": {m["name"]: m["rate"] for m in result["ingest"]}},
+                 reference="baseline", unit="elements/s"),
+        summary_plot(f"{name}_latency", "Window revision committed → the last subscriber received it",
+                     {f"{subscribers} subscribers, {rate:,.0f} el/s": result["delivery_latency_to_last_subscriber"]}),
+    ]
+    runs = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(RESULTS_DIR.glob("continuous*.json"))]
+    runs = [run["result"] for run in runs if run.get("benchmark") == "continuous"]
+    if len(runs) > 1:
+        curves = {f"{q} delivery latency": [(r["rate_target"], r["delivery_latency_to_last_subscriber"][f"{q}_ms"])
+                                            for r in runs] for q in ("p50", "p99")}
+        drawn.append(scaling_plot("continuous_scaling", f"Delivery latency as the offered rate grows "
+                                  f"({subscribers} subscribers)", curves, xlabel="elements/s offered",
+                                  ylabel="ms", log_y=True))
+    return drawn
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.continuous", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -150,10 +187,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=1000.0, help="elements per second uploaded")
     parser.add_argument("--seconds", type=float, default=10.0, help="upload duration")
     parser.add_argument("--threads", type=int, default=None, help="server threads (default: subscribers + 16)")
+    parser.add_argument("--name", default="continuous", help="result file name (bench/results/NAME.json)")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="measure nothing: draw the plots of bench/results/NAME.json again")
     args = parser.parse_args(argv)
+    if args.plot_only:
+        replot(plots, args.name)
+        return 0
     result = run(args.subscribers, args.rate, args.seconds, args.threads or args.subscribers + 16)
-    path = write_json("continuous", {"environment": environment(), "parameters": vars(args), "result": result})
+    parameters = {k: v for k, v in vars(args).items() if k != "plot_only"}
+    document = {"environment": environment(), "parameters": parameters, "result": result}
+    path = write_json(args.name, document)
     print(f"wrote {path}")
+    write_plots(plots, {"benchmark": "continuous", **document}, args.name)
     return 0
 
 

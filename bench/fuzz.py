@@ -571,15 +571,31 @@ def run_target(target: Target, examples: int, server: Server | None, seed: int) 
     return outcome
 
 
+def plots(document: dict[str, Any], name: str) -> list[Path]:
+    """``<name>.png``: per target, how its inputs ended (accepted, refused with a 4xx, …) and its failures (a 5xx,
+    a crash, an answer too slow: each one is a bug)."""
+    from bench.harness import bar_plot
+
+    groups = {target["target"]: {**target["outcomes"], "failures": target["failures"]}
+              for target in document["targets"]}
+    return [bar_plot(name, f"Fuzzing: {document['total_inputs']:,} inputs, {document['total_failures']} failures "
+                     f"(seed {document['seed']})", groups, reference=None, unit="inputs")]
+
+
 def main(argv: list[str] | None = None) -> int:
-    from bench.harness import write_json
+    from bench.harness import replot, write_json, write_plots
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=200, help="inputs per target (default 200)")
     parser.add_argument("--target", action="append", help="run only these targets (repeatable; prefix match)")
     parser.add_argument("--seed", type=int, default=6)
     parser.add_argument("--no-json", action="store_true", help="do not write bench/results/fuzz.json")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="fuzz nothing: draw the plot of bench/results/fuzz.json again")
     args = parser.parse_args(argv)
+    if args.plot_only:
+        replot(plots, "fuzz")
+        return 0
 
     targets = [t for t in TARGETS if not args.target or any(t.name.startswith(p) for p in args.target)]
     logging.getLogger("protocol").setLevel(logging.CRITICAL)  # 503s for incomplete windows are logged as errors
@@ -606,12 +622,14 @@ def main(argv: list[str] | None = None) -> int:
         for example in o.examples[:2]:
             print(f"\nFAILURE {o.target}: {example[:1500]}")
     if not args.no_json:
-        path = write_json("fuzz", {
+        document = {
             "examples_per_target": args.examples, "seed": args.seed, "slow_seconds": SLOW_SECONDS,
             "total_inputs": total_inputs, "total_failures": total_failures,
             "targets": [o.to_dict() for o in outcomes],
-        })
+        }
+        path = write_json("fuzz", document)
         print(f"\nwrote {path}")
+        write_plots(plots, document, "fuzz")
     return 1 if total_failures else 0
 
 

@@ -25,7 +25,7 @@ from typing import IO, Any
 import pyoxigraph
 import requests
 
-from bench.harness import Measurement, measure, print_table, write_json
+from bench.harness import Measurement, bar_plot, measure, print_table, replot, write_json, write_plots
 
 BENCH_NAME = "gsp_load"
 BASELINE = "pyoxigraph bulk_load"
@@ -307,12 +307,24 @@ def report(args: argparse.Namespace, size: int, runs: list[Measurement]) -> dict
     }
 
 
+def plots(document: dict[str, Any], name: str) -> list[Path]:
+    """``<name>_rates.png``: the server's bulk load beside pyoxigraph's, best of the rounds, with their ratio."""
+    best, parameters = document["best"], document["parameters"]
+    baseline, server = best["baseline"], best["server"]
+    return [bar_plot(f"{name}_rates", f"Bulk load of {parameters['quads']:,} quads in {parameters['graphs']:,} graphs "
+                     f"(best of {parameters['repeat']}; target ratio {document['target_ratio']})",
+                     {"one N-Quads file": {baseline["name"]: baseline["rate"], server["name"]: server["rate"]}},
+                     reference=baseline["name"], unit="quads/s")]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.gsp_load", description=__doc__)
     parser.add_argument("--graphs", type=int, default=100_000, help="named graphs (100000)")
     parser.add_argument("--per-graph", type=int, default=10, help="quads per graph (10)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds; best of each is kept")
     parser.add_argument("--tmpdir", type=Path, default=None, help="where temp files go")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="measure nothing: draw the plots of bench/results/gsp_load.json again")
     args = parser.parse_args(argv)
     if args.graphs < 1 or args.per_graph < 1 or args.repeat < 1:
         parser.error("--graphs, --per-graph and --repeat must be positive")
@@ -321,6 +333,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.plot_only:
+        replot(plots, BENCH_NAME)
+        return 0
     expected = args.graphs * args.per_graph
     workdir = Path(tempfile.mkdtemp(prefix="bench-gsp-load-", dir=args.tmpdir))
     try:
@@ -333,8 +348,10 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         runs = run_rounds(data, expected, workdir, args.repeat)
-        path = write_json(BENCH_NAME, report(args, size, runs))
+        document = report(args, size, runs)
+        path = write_json(BENCH_NAME, document)
         print(f"results written to {path}")
+        write_plots(plots, document, BENCH_NAME)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -3,8 +3,10 @@
 Machines are noisy, so every benchmark compares against a baseline measured in the
 same process run rather than against absolute figures.
 
-Plots (``bar_plot``, ``share_plot``, ``distribution_plot``, ``time_series_plot``) are PNGs written next to the JSON
-results, ``bench/results/<name>.png``, with matplotlib's headless ``Agg`` backend. matplotlib is in the ``bench`` extra
+Plots (``bar_plot``, ``share_plot``, ``distribution_plot``, ``summary_plot``, ``time_series_plot``, ``scaling_plot``)
+are PNGs written next to the JSON results, ``bench/results/<name>.png``, with matplotlib's headless ``Agg`` backend.
+Each benchmark draws its plots from its JSON document (``write_plots``), so ``--plot-only`` draws them again from the
+JSON of an earlier run without measuring anything (``replot``). matplotlib is in the ``bench`` extra
 (``pip install -e '.[test,bench]'``); without it the plot functions raise ``PlottingUnavailable``, which a
 benchmark reports and then goes on (its JSON is written all the same).
 """
@@ -142,16 +144,16 @@ def _save(figure: Figure, name: str) -> Path:
 
 
 def bar_plot(name: str, title: str, groups: Mapping[str, Mapping[str, float]], *,
-             reference: str | Mapping[str, str], unit: str = "statements/s") -> Path:
+             reference: str | Mapping[str, str] | None, unit: str = "statements/s") -> Path:
     """Side-by-side rates: one group of bars per key of ``groups`` (e.g. a body format), one bar per system (the
     same colour in every group), each labelled with its value and its ratio to the group's reference bar (the
-    baseline): ``reference`` names it for every group, or per group. A group shows only its own bars, side by side.
-    Writes ``bench/results/<name>.png``."""
+    baseline): ``reference`` names it for every group, or per group (None: counts, no ratios). A group shows only
+    its own bars, side by side. Writes ``bench/results/<name>.png``."""
     bars_total = sum(len(bars) for bars in groups.values())
-    figure, (axes,) = _figure(width=max(9.0, 0.75 * bars_total + 4.0), height=5.0)
+    figure, (axes,) = _figure(width=min(16.0, max(9.0, 0.75 * bars_total + 4.0)), height=5.0)
     systems = list(dict.fromkeys(label for bars in groups.values() for label in bars))
     colours = {system: f"C{i % 10}" for i, system in enumerate(systems)}
-    references = {g: reference if isinstance(reference, str) else reference.get(g, "") for g in groups}
+    references = {g: reference if isinstance(reference, str) else (reference or {}).get(g, "") for g in groups}
     x = 0.0
     ticks: list[float] = []
     for group, bars in groups.items():
@@ -167,8 +169,8 @@ def bar_plot(name: str, title: str, groups: Mapping[str, Mapping[str, float]], *
     axes.set_xticks(ticks, list(groups))
     axes.set_ylabel(unit)
     axes.yaxis.set_major_formatter(_thousands())
-    shown = reference if isinstance(reference, str) else " / ".join(dict.fromkeys(reference.values()))
-    axes.set_title(f"{title}\n(ratios to {shown})", fontsize=10)
+    shown = reference if isinstance(reference, str) else " / ".join(dict.fromkeys((reference or {}).values()))
+    axes.set_title(f"{title}\n(ratios to {shown})" if shown else title, fontsize=10)
     axes.margins(y=0.15)
     axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _save(figure, name)
@@ -262,6 +264,100 @@ def time_series_plot(name: str, title: str, panels: Sequence[Panel], *, xlabel: 
     axes_list[-1].set_xlabel(xlabel)
     axes_list[0].set_title(title, fontsize=10)
     return _save(figure, name)
+
+
+PERCENTILES = (("p50_ms", "p50"), ("median_ms", "p50"), ("p90_ms", "p90"), ("p99_ms", "p99"), ("max_ms", "max"))
+
+
+def summary_plot(name: str, title: str, summaries: Mapping[str, Mapping[str, Any]], *, unit: str = "ms") -> Path:
+    """Latency distributions as benchmarks summarize them (p50, p90, p99, max — whichever a summary has, e.g.
+    ``{"n": 50, "p50_ms": 408.3, "p99_ms": 609.7}``): one group of bars per summary, each bar labelled with its value,
+    the count under the group's name; a log scale when the values span more than 50×. Writes
+    ``bench/results/<name>.png``."""
+
+    def value(summary: Mapping[str, Any], quantile: str) -> float | None:
+        found = next((summary[key] for key, label in PERCENTILES if label == quantile and key in summary), None)
+        return float(found) if isinstance(found, int | float) and found > 0 else None
+
+    quantiles = [q for q in dict.fromkeys(label for _, label in PERCENTILES)
+                 if any(value(summary, q) is not None for summary in summaries.values())]
+    figure, (axes,) = _figure(width=min(14.0, max(6.0, 1.5 * len(summaries) + 3.0)), height=4.8)
+    width = 0.8 / max(1, len(quantiles))
+    values: list[float] = []
+    for j, quantile in enumerate(quantiles):
+        xs, ys = [], []
+        for i, summary in enumerate(summaries.values()):
+            found = value(summary, quantile)
+            if found is not None:
+                xs.append(i - 0.4 + width * (j + 0.5))
+                ys.append(found)
+        values += ys
+        drawn = axes.bar(xs, ys, width, color=f"C{j}", label=quantile)
+        axes.bar_label(drawn, [f"{y:,.0f}" if y >= 10 else f"{y:.2g}" for y in ys], fontsize=6, padding=1)
+    labels = [f"{label}\n(n={summary['n']:,})" if "n" in summary else label for label, summary in summaries.items()]
+    axes.set_xticks(range(len(summaries)), labels, fontsize=7)
+    if values and max(values) / min(values) > 50:
+        axes.set_yscale("log")
+        axes.set_ylim(bottom=min(values) / 3)
+    else:
+        axes.yaxis.set_major_formatter(_thousands())
+        axes.margins(y=0.12)
+    axes.set_ylabel(unit)
+    axes.grid(True, axis="y", which="both", alpha=0.3)
+    axes.set_title(title, fontsize=10)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(figure, name)
+
+
+def scaling_plot(name: str, title: str, curves: Mapping[str, Sequence[tuple[float, float]]], *, xlabel: str,
+                 ylabel: str, log_x: bool = False, log_y: bool = False) -> Path:
+    """How a measure changes with a size (rules, streams, workers, offered rate): one line with markers per curve,
+    each point labelled with its value. Writes ``bench/results/<name>.png``."""
+    figure, (axes,) = _figure(height=4.5)
+    for label, points in curves.items():
+        ordered = sorted(points)
+        if not ordered:
+            continue
+        xs, ys = [x for x, _ in ordered], [y for _, y in ordered]
+        axes.plot(xs, ys, marker="o", label=label)
+        for x, y in ordered:
+            axes.annotate(f"{y:,.0f}" if abs(y) >= 10 else f"{y:.3g}", (x, y), fontsize=7, textcoords="offset points",
+                          xytext=(0, 5), ha="center")
+    if log_x:
+        axes.set_xscale("log")
+    if log_y:
+        axes.set_yscale("log")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.margins(x=0.1, y=0.15)
+    axes.set_title(title, fontsize=10)
+    axes.legend(fontsize=7)
+    return _save(figure, name)
+
+
+Plots = Callable[[dict[str, Any], str], list[Path]]
+
+
+def write_plots(plots: Plots, document: dict[str, Any], name: str) -> list[Path]:
+    """Draw a benchmark's plots from its JSON ``document`` (file names start with ``name``) and say where they went;
+    without matplotlib, say so and go on."""
+    try:
+        paths = plots(document, name)
+    except PlottingUnavailable as missing:
+        print(f"no plots: {missing}")
+        return []
+    for path in paths:
+        print(f"wrote {path}")
+    return paths
+
+
+def replot(plots: Plots, name: str) -> list[Path]:
+    """``--plot-only``: the plots of ``bench/results/<name>.json``, an earlier run's results, drawn again."""
+    path = RESULTS_DIR / f"{name}.json"
+    if not path.exists():
+        raise SystemExit(f"--plot-only: {path} does not exist: run the benchmark first")
+    return write_plots(plots, json.loads(path.read_text(encoding="utf-8")), name)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

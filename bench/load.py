@@ -52,7 +52,18 @@ from typing import Any
 
 import requests
 
-from bench.harness import Measurement, print_table, write_json
+from bench.harness import (
+    Measurement,
+    Panel,
+    Series,
+    bar_plot,
+    print_table,
+    replot,
+    summary_plot,
+    time_series_plot,
+    write_json,
+    write_plots,
+)
 from concentrator.client import ClientError, upload, windows
 from conformance.server import RunningServer, running_server
 
@@ -660,7 +671,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="the idle baseline's duration")
     parser.add_argument("--query-threads", type=int, default=4)
     parser.add_argument("--server-threads", type=int, default=None, help="default: 2 × streams + query threads + 16")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="measure nothing: draw the plots of bench/results/load.json (soak.json) again")
     args = parser.parse_args(argv)
+    if args.plot_only:
+        replot(plots, "soak" if args.soak else "load")
+        return 0
     threads = args.server_threads or 2 * args.streams + args.query_threads + 16
     settings = Settings(
         streams=args.streams, seconds=args.soak_seconds if args.soak else args.seconds,
@@ -679,10 +695,43 @@ def main(argv: list[str] | None = None) -> int:
               f"{total.get('second_half_max_mb')} MB, bounded: {total.get('bounded')}, second-half slope "
               f"{total.get('second_half_slope_mb_per_min')} MB/min")
         failed = failed or total.get("bounded") is False
-    path = write_json("soak" if args.soak else "load", {"parameters": vars(args) | {"server_threads": threads},
-                                                        "result": result})
+    name = "soak" if args.soak else "load"
+    parameters = {k: v for k, v in vars(args).items() if k != "plot_only"} | {"server_threads": threads}
+    path = write_json(name, {"parameters": parameters, "result": result})
     print(f"wrote {path}")
+    write_plots(plots, {"parameters": parameters, "result": result}, name)
     return 1 if failed else 0
+
+
+def plots(document: dict[str, Any], name: str) -> list[Path]:
+    """``<name>_latency.png``: upload acknowledgement, window delivery and query latency (idle and under load);
+    ``<name>_queries.png``: query rates idle and under load; ``<name>_memory.png``: memory per process over time."""
+    result = document["result"]
+    queries = result["queries"]
+    summaries = {"upload acknowledged": result["uploads"]["ack_latency"],
+                 "window delivered": result["subscribers"]["delivery_latency"]}
+    for kind, measured in queries.items():
+        for phase in ("idle", "load"):
+            summaries[f"{kind} ({phase})"] = measured[phase]
+    uploads = result["uploads"]
+    rates = {m["name"]: m["rate"] for m in result["throughput"]}
+    groups = {kind: {phase: rates[f"{kind} {phase}"] for phase in ("idle", "load") if f"{kind} {phase}" in rates}
+              for kind in queries}
+    samples = result["memory_samples"]
+    parts = [key for key in dict.fromkeys(k for s in samples for k in s) if key not in ("t", "total_pss")]
+    drawn = [
+        summary_plot(f"{name}_latency", f"{document['parameters']['streams']} streams at "
+                     f"{uploads['offered_el_per_s']:,.0f} elements/s offered ({uploads['achieved_el_per_s']:,.0f} "
+                     "acknowledged): latencies", summaries),
+        bar_plot(f"{name}_queries", "Queries per second, idle and under load", groups, reference="idle",
+                 unit="requests/s"),
+    ]
+    if samples:
+        drawn.append(time_series_plot(f"{name}_memory", "Resident memory by process (t < 0: start-up and the idle "
+                                      "baseline)", [Panel("MB", [Series(part, [s["t"] for s in samples if part in s],
+                                                                          [s[part] for s in samples if part in s])
+                                                                   for part in parts])]))
+    return drawn
 
 
 def _samples(result: dict[str, Any]) -> list[tuple[float, dict[str, float]]]:

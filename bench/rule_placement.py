@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import statistics
 import tempfile
 import time
@@ -31,7 +32,7 @@ from typing import Any
 
 from flask import Flask
 
-from bench.harness import Measurement, print_table, write_json
+from bench.harness import RESULTS_DIR, Measurement, bar_plot, print_table, replot, share_plot, write_json, write_plots
 from conformance.spark_cluster import standalone_cluster
 from engine.evaluation import ExtendedEvaluator, QueryTarget
 from engine.selection import SelectedWindow
@@ -140,6 +141,36 @@ def master(args: argparse.Namespace) -> Iterator[str]:
         yield cluster.master_url
 
 
+def plots(document: dict[str, Any], name: str) -> list[Path]:
+    """``<name>.png``: firings/s in the driver beside Spark executors; ``<name>_batch.png``: a batch's time, window
+    copies and the Spark job; ``rule_placement.png``: every rule_placement_*.json result side by side (rules,
+    local executors and a cluster of two workers)."""
+    config = document["config"]
+    where = "a cluster of two workers" if config.get("cluster") else config["spark_master"]
+    drawn = [
+        bar_plot(name, f"Rule {config['rule']}: {config['windows']} windows of {config['window']} readings, "
+                 f"{config['batch']} firings per Spark job ({where})",
+                 {config["rule"]: {m["name"]: m["rate"] for m in document["measurements"]}},
+                 reference=document["measurements"][0]["name"], unit="firings/s"),
+        share_plot(f"{name}_batch", f"A batch of {config['batch']} firings in the executors", document["per_batch_ms"],
+                   unit="ms"),
+    ]
+    runs = {path.stem: json.loads(path.read_text(encoding="utf-8"))
+            for path in sorted(RESULTS_DIR.glob("rule_placement_*.json"))}
+    groups = {}
+    for run in runs.values():
+        if "measurements" not in run:
+            continue
+        label = f"{run['config']['rule']}, " + ("2 workers" if run["config"].get("cluster") else
+                                                run["config"]["spark_master"])
+        driver, executors = run["measurements"]
+        groups[label] = {"driver": driver["rate"], "executors": executors["rate"]}
+    if len(groups) > 1:
+        drawn.append(bar_plot("rule_placement", "Rule firings per second: the driver beside Spark executors",
+                              groups, reference="driver", unit="firings/s"))
+    return drawn
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, default=64)
@@ -149,7 +180,13 @@ def main() -> None:
     parser.add_argument("--rule", choices=sorted(RULES), default="aggregate")
     parser.add_argument("--spark-master", default="local[2]")
     parser.add_argument("--cluster", action="store_true", help="start a standalone master and two workers")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="measure nothing: draw the plots of this rule's (and --cluster's) JSON again")
     args = parser.parse_args()
+    name = f"rule_placement_{args.rule}" + ("_cluster" if args.cluster else "")
+    if args.plot_only:
+        replot(plots, name)
+        return
     with tempfile.TemporaryDirectory() as tmp, master(args) as spark_master:
         app = build_app(Path(tmp) / "data", args.windows, args.window)
         rule = RULES[args.rule]
@@ -177,15 +214,16 @@ def main() -> None:
     job = statistics.median(s["job_s"] for s in all_splits)
     print(f"\nper batch of {args.batch}: window copies in the driver {copy * 1000:.1f} ms, "
           f"Spark job {job * 1000:.1f} ms")
+    config = {k: v for k, v in vars(args).items() if k != "plot_only"}
     payload: dict[str, Any] = {
-        "config": {**vars(args), "spark_master": spark_master},
+        "config": {**config, "spark_master": spark_master},
         "measurements": [m.to_dict() for m in measurements],
         "ratio_executors_to_driver": measurements[1].rate / measurements[0].rate,
         "per_batch_ms": {"copy": round(copy * 1000, 1), "job": round(job * 1000, 1)},
         "windows_with_output": alerts,
     }
-    name = f"rule_placement_{args.rule}" + ("_cluster" if args.cluster else "")
     print(f"wrote {write_json(name, payload)}")
+    write_plots(plots, payload, name)
 
 
 if __name__ == "__main__":

@@ -83,14 +83,28 @@ from typing import Any
 import requests
 from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad, RdfFormat, Store
 
-from bench.harness import Measurement, print_table, write_json
+from bench.harness import (
+    Measurement,
+    Panel,
+    Series,
+    bar_plot,
+    distribution_plot,
+    print_table,
+    replot,
+    scaling_plot,
+    summary_plot,
+    time_series_plot,
+    write_json,
+    write_plots,
+)
 from conformance.server import RunningServer, running_server
 from engine.evaluation import ExtendedEvaluator, QueryTarget
 from engine.selection import revision_window
 from rules.registry import Rule, RuleRegistry
 from sparql_ext import parse_extended
 from store import RevisionedDataset
-from store.elements import PROV_GENERATED_AT_TIME, ElementFramer
+from store.elements import PROV_GENERATED_AT_TIME
+from store.framing import ElementFramer
 from store.stream import Stream, StreamConfig
 from store.streams import StreamCatalog
 from store.windows import PipelineState, WindowRevision, new_revision
@@ -777,6 +791,49 @@ def _print_many(result: dict[str, Any]) -> None:
           f"{result['last_firing_duration_ms']['p50_ms']} ms")
 
 
+def plots(document: dict[str, Any], name: str) -> list[Path]:
+    """Per part that ran: (a) ``<name>_latency.png`` (latency summaries) and ``<name>_firings.png`` (firing time per
+    window, its distribution); (b) ``<name>_cost.png`` (evaluation cost per firing beside plain pyoxigraph);
+    (c) ``<name>_many.png`` (1,000 rules: firings/s beside the baseline), ``<name>_many_firings.png`` (firings over
+    time) and ``<name>_registration.png`` (PUT /rules latency as the rule count grows)."""
+    drawn: list[Path] = []
+    if "latency" in document:
+        latency = document["latency"]
+        keys = ("completing_element_to_revision", "revision_to_output_committed", "firing_duration",
+                "completing_element_to_output_committed")
+        drawn.append(summary_plot(f"{name}_latency", f"Connected-patient rule: {latency['windows']} windows of "
+                                  f"{latency['elements_per_window']} elements",
+                                  {key.replace("_", " "): latency[key] for key in keys if key in latency}))
+        firing = latency.get("firing_ms_by_window", [])
+        drawn.append(distribution_plot(f"{name}_firings", "Firing time per window (evaluation + output commit)",
+                                       {"rule firings": firing}))
+    if "evaluation_cost" in document:
+        rows = document["evaluation_cost"]["rows"]
+        baseline = next(label for label, row in rows.items() if row.get("cost_vs_disk_baseline") == 1.0)
+        drawn.append(bar_plot(f"{name}_cost", "Cost of one firing (target: at most "
+                              f"{document['evaluation_cost']['target_cost_ratio']:g}× the plain rule on disk)",
+                              {q: {label.strip(): row[f"{q}_ms"] for label, row in rows.items()}
+                               for q in ("median", "p90")}, reference=baseline.strip(), unit="ms"))
+    if "many_rules" in document:
+        many = document["many_rules"]
+        drawn.append(bar_plot(f"{name}_many", f"{many['rules']:,} rules over {many['streams']} streams: firings per "
+                              "second", {"firings": {m["name"]: m["rate"] for m in many["measurements"]}},
+                              reference=many["measurements"][0]["name"], unit="firings/s"))
+        samples = many.get("samples", [])
+        if samples:
+            drawn.append(time_series_plot(f"{name}_many_firings", f"{many['rules']:,} rules: firings completed",
+                                          [Panel("firings", [Series("completed", [t for t, _ in samples],
+                                                                    [n for _, n in samples])])]))
+        tenth = many["rules"] // 10
+        put = many["put_rule_ms"]
+        curves = {f"{q} PUT /rules": [(tenth / 2, put["first_tenth"][f"{q}_ms"]),
+                                      (many["rules"] - tenth / 2, put["last_tenth"][f"{q}_ms"])]
+                  for q in ("p50", "p99")}
+        drawn.append(scaling_plot(f"{name}_registration", "Registering a rule as the rules grow (first and last "
+                                  "tenth)", curves, xlabel="rules registered", ylabel="ms"))
+    return drawn
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.rules", description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, default=8, help="heart-rate windows of 300 elements (a and b)")
@@ -793,8 +850,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rules-per-stream", type=int, default=10)
     parser.add_argument("--many-windows", type=int, default=2, help="windows per stream in part c")
     parser.add_argument("--parts", default="abc", help="which parts to run (default: abc)")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="measure nothing: draw the plots of bench/results/rules.json again")
     args = parser.parse_args(argv)
-    payload: dict[str, Any] = {"parameters": vars(args)}
+    if args.plot_only:
+        replot(plots, BENCH_NAME)
+        return 0
+    payload: dict[str, Any] = {"parameters": {k: v for k, v in vars(args).items() if k != "plot_only"}}
     if "b" in args.parts:
         payload["evaluation_cost"] = evaluation_cost(args.windows, args.rounds, args.profile_firings,
                                                       args.commit_every)
@@ -807,6 +869,7 @@ def main(argv: list[str] | None = None) -> int:
         _print_many(payload["many_rules"])
     path = write_json(BENCH_NAME, payload)
     print(f"\nwrote {path}")
+    write_plots(plots, payload, BENCH_NAME)
     return 0
 
 

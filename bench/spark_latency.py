@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import write_json
+from bench.harness import bar_plot, replot, summary_plot, write_json, write_plots
 
 T0 = 1_466_416_800_000_000  # 2016-06-20T10:00:00Z, µs
 STREAM = "bench"
@@ -177,12 +177,33 @@ def phase_medians(progress: list[dict[str, Any]]) -> dict[str, float]:
     return medians
 
 
+def plots(document: dict[str, Any], name: str) -> list[Path]:
+    """``<name>.png``: append → foreachBatch latency, Spark's source beside a plain poller; ``<name>_phases.png``:
+    the median micro-batch's phases (Spark's own progress reports), with and without window assignment."""
+    rate = document["parameters"]["rate"]
+    phases = {run: {k: v for k, v in medians.items() if k not in ("batches_with_data", "rows_per_batch")}
+              for run, medians in document["micro_batch_phase_medians_ms"].items()}
+    by_phase = {phase: {run: phases[run][phase] for run in phases if phases[run].get(phase)}
+                for phase in dict.fromkeys(p for medians in phases.values() for p in medians)}
+    return [
+        summary_plot(name, f"Log line appended → foreachBatch saw it ({rate:g} elements/s)",
+                     {run["name"]: {**run, "n": run["elements"]} for run in document["runs"]}),
+        bar_plot(f"{name}_phases", "Median micro-batch phases (batches with data)",
+                 {phase: bars for phase, bars in by_phase.items() if bars}, reference="spark", unit="ms"),
+    ]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=20.0, help="elements per second (default 20)")
     parser.add_argument("--seconds", type=float, default=15.0, help="duration of each run (default 15)")
     parser.add_argument("--tmpdir", type=Path, default=None)
+    parser.add_argument("--plot-only", action="store_true",
+                        help="measure nothing: draw the plots of bench/results/spark_latency.json again")
     args = parser.parse_args(argv)
+    if args.plot_only:
+        replot(plots, "spark_latency")
+        return
 
     from pipeline.assignment import assign_windows
     from pipeline.element_source import start_element_pipeline, stop_element_pipeline
@@ -244,16 +265,15 @@ def main(argv: list[str] | None = None) -> None:
     for name, medians in phases.items():
         described = ", ".join(f"{k} {v:g}" for k, v in medians.items())
         print(f"{name} micro-batch phases (median ms over batches with data): {described}")
-    path = write_json(
-        "spark_latency",
-        {
-            "parameters": {"rate": args.rate, "seconds": args.seconds, "trigger_seconds": 0},
-            "session_start_seconds": session_seconds,
-            "runs": runs,
-            "micro_batch_phase_medians_ms": phases,
-        },
-    )
+    document = {
+        "parameters": {"rate": args.rate, "seconds": args.seconds, "trigger_seconds": 0},
+        "session_start_seconds": session_seconds,
+        "runs": runs,
+        "micro_batch_phase_medians_ms": phases,
+    }
+    path = write_json("spark_latency", document)
     print(f"wrote {path}")
+    write_plots(plots, document, "spark_latency")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ Prints a table and writes ``bench/results/window_latency.json``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -31,7 +32,7 @@ from typing import Any
 
 from pyoxigraph import Literal, NamedNode, Quad
 
-from bench.harness import write_json
+from bench.harness import RESULTS_DIR, replot, scaling_plot, share_plot, summary_plot, write_json, write_plots
 from pipeline.batches import WindowPipeline
 from pipeline.spark import SparkSettings
 from sparql_ext.windowing import resolve
@@ -159,6 +160,29 @@ def run(windows: int, interval: float, warmup: int, directory: Path, idle_second
             "windows": results}
 
 
+def plots(document: dict[str, Any], name: str) -> list[Path]:
+    """``<name>_windows.png``: window latency of the time and count sequences; ``<name>_batch.png``: where a median
+    batch's time goes; ``window_latency_scaling.png``: latency against the element interval, over every
+    window_latency*.json result."""
+    interval = document["interval_seconds"]
+    phases = {phase: ms for phase, ms in document["batch_median_ms"].items() if phase != "seconds"}
+    drawn = [
+        summary_plot(f"{name}_windows", f"Window latency: completing element committed → window revision committed "
+                     f"(an element every {interval:g} s)",
+                     {f"{kind} windows {row['ref']}": row for kind, row in document["windows"].items()}),
+        share_plot(f"{name}_batch", f"A median micro-batch ({document['batch_median_ms']['seconds']:g} ms) by phase, "
+                   f"over {document['measured_batches']} batches", phases, unit="ms"),
+    ]
+    runs = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(RESULTS_DIR.glob("window_latency*.json"))]
+    runs = [run for run in runs if "interval_seconds" in run and "windows" in run]
+    if len(runs) > 1:
+        curves = {f"{kind} windows, {q}": [(run["interval_seconds"], run["windows"][kind][f"{q}_ms"]) for run in runs]
+                  for kind in ("time", "count") for q in ("p50", "p99")}
+        drawn.append(scaling_plot("window_latency_scaling", "Window latency as elements come further apart", curves,
+                                  xlabel="seconds between elements", ylabel="ms", log_x=True))
+    return drawn
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, default=50, help="windows measured per sequence")
@@ -169,7 +193,12 @@ def main() -> None:
     parser.add_argument("--min-batch-interval", type=float, default=None,
                         help="seconds (default: the pipeline's MIN_BATCH_INTERVAL)")
     parser.add_argument("--polling-delay", default=None, help="spark.sql.streaming.pollingDelay (default: spark.py)")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="measure nothing: draw the plots of bench/results/NAME.json again")
     args = parser.parse_args()
+    if args.plot_only:
+        replot(plots, args.name)
+        return
     options = {} if args.min_batch_interval is None else {"min_batch_interval": args.min_batch_interval}
     conf = {} if args.polling_delay is None else {"spark.sql.streaming.pollingDelay": args.polling_delay}
     with tempfile.TemporaryDirectory(prefix="window-latency-") as tmp:
@@ -182,8 +211,10 @@ def main() -> None:
     for kind, row in measured["windows"].items():
         print(f"{kind + ' ' + row['ref']:<22} {row['n']:>4} {row['p50_ms']:>8} {row['p90_ms']:>8} "
               f"{row['p99_ms']:>8} {row['max_ms']:>8}")
-    path = write_json(args.name, {"interval_seconds": args.interval, "trigger_seconds": 0, **measured})
+    document = {"interval_seconds": args.interval, "trigger_seconds": 0, **measured}
+    path = write_json(args.name, document)
     print(f"wrote {path}")
+    write_plots(plots, document, args.name)
 
 
 if __name__ == "__main__":

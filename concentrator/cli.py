@@ -1,5 +1,6 @@
 """The ``concentrator`` command: ``serve`` (the HTTP server over a data directory, with the Spark window pipeline
-and rules: ``concentrator.compose`` wires the parts), ``tail`` (follow a continuous response in a terminal) and
+and rules: ``concentrator.compose`` wires the parts), ``tail`` (follow a continuous response in a terminal),
+``upload`` (a recorded stream sent element by element, with a progress bar, resuming after a dropped connection) and
 ``replay`` (recorded streams through rules, offline)."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from flask import Flask
 
     from concentrator.compose import Broker
+    from concentrator.upload import Progress
     from rules.tasks import Placement
 
 
@@ -75,6 +77,12 @@ def _broker(text: str) -> Broker:
         return mqtt_broker(text)
     except ConcentratorError as error:
         raise argparse.ArgumentTypeError(error.message) from None
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least 1")
+    return int(text)
 
 
 def _is_loopback(host: str) -> bool:
@@ -138,6 +146,18 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--format", help="each window's media type (default: TriG, SPARQL JSON or Turtle)")
     tail.add_argument("--report", help="report policy, e.g. window-close,non-empty (docs/continuous.md)")
     tail.add_argument("--operator", help="rstream (default), istream or dstream")
+    send = commands.add_parser("upload", help="upload a recorded stream (TriG / N-Quads) element by element, with a "
+                               "progress bar, resuming after a dropped connection")
+    send.add_argument("file", type=Path, help="a TriG or N-Quads file of stream elements (.trig, .nq)")
+    send.add_argument("url", help="the stream's URL, e.g. http://127.0.0.1:8080/streams/hr")
+    send.add_argument("--format", choices=("trig", "nquads"), help="the file's format (default: from its extension)")
+    send.add_argument("--create", action="store_true", help="create the stream first if it does not exist")
+    send.add_argument("--token", default=os.environ.get("CONCENTRATOR_TOKEN"),
+                      help="the write token (default: $CONCENTRATOR_TOKEN)")
+    send.add_argument("--batch", type=_positive, default=1000, metavar="N",
+                      help="elements per request; a dropped connection re-sends at most one batch (default 1000)")
+    send.add_argument("--give-up", type=_seconds, default=120.0, metavar="SECONDS",
+                      help="how long to wait for a server that went away before failing (default 120)")
     replay = commands.add_parser("replay", help="run recorded streams through rules on Spark and write the outputs")
     replay.add_argument("files", type=Path, nargs="+", metavar="FILE",
                         help="a recorded stream (TriG / N-Quads with timestamps); the stream is named by its stem")
@@ -264,6 +284,76 @@ def tail(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_upload(args: argparse.Namespace) -> int:
+    """``concentrator upload FILE URL``: exit 0 when every element is committed, 1 when the server refused or stayed
+    away (how many were committed is said), 2 for a bad command line or an unreadable file."""
+    import requests
+
+    from concentrator.upload import UploadProblem, rdf_format_of, upload_file
+
+    def fail(message: str, code: int) -> int:
+        print(f"concentrator upload: {' '.join(message.split())}", file=sys.stderr)  # one line
+        return code
+
+    if not _is_http_url(args.url):
+        return fail(f"{args.url!r} is not an http:// or https:// stream URL, e.g. http://127.0.0.1:8080/streams/hr", 2)
+    if not args.file.is_file():
+        return fail(f"{args.file}: no such file", 2)
+    try:
+        rdf_format = rdf_format_of(args.file, args.format)
+    except UploadProblem as problem:
+        return fail(str(problem), 2)
+    server = "{0.scheme}://{0.netloc}".format(urlsplit(args.url))
+    session = requests.Session()
+    if args.token:
+        session.headers["Authorization"] = f"Bearer {args.token}"
+    bar = _ProgressBar(args.file)
+    try:
+        summary = upload_file(args.file, args.url, rdf_format=rdf_format, session=session, batch=args.batch,
+                              give_up=args.give_up, create=args.create, on_progress=bar)
+    except UploadProblem as problem:
+        bar.close()
+        committed = "" if problem.committed is None else \
+            f" ({problem.committed:,} element(s) of {args.file} were committed before it)"
+        return fail(f"{problem}{committed}", 1)
+    except requests.ConnectionError as error:
+        bar.close()
+        return fail(f"no server answers at {server}: is it running? ({_os_reason(error)})", 1)
+    except requests.RequestException as error:
+        bar.close()
+        return fail(f"the request to {server} failed: {_os_reason(error)}", 1)
+    except KeyboardInterrupt:
+        bar.close()
+        return fail(f"interrupted: what was committed stays (GET {args.url} shows the stream's HEAD)", 130)
+    bar.close()
+    span = f" (ordinals {summary.first_ordinal}–{summary.last_ordinal})" if summary.first_ordinal is not None else ""
+    rate = summary.elements / summary.seconds if summary.seconds else 0.0
+    print(f"{summary.elements:,} element(s) of {args.file} committed to {args.url}{span} in {summary.seconds:g} s "
+          f"({rate:,.0f} elements/s); HEAD is ordinal {summary.head}, stream time {summary.stream_time}")
+    return 0
+
+
+class _ProgressBar:
+    """The upload's progress on a terminal (stderr): the file framed, elements committed, their rate, the time left
+    (tqdm, by bytes of the file); nothing when stderr is not a terminal."""
+
+    def __init__(self, path: Path) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=path.stat().st_size, unit="B", unit_scale=True, file=sys.stderr, leave=True,
+                         disable=not sys.stderr.isatty(), desc=path.name,
+                         bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt} "
+                                    "[{elapsed}, ETA {remaining}]{postfix}")
+
+    def __call__(self, progress: Progress) -> None:
+        self._bar.set_postfix_str(f"{progress.committed:,} elements committed ({progress.rate:,.0f}/s), "
+                                  f"{progress.sent - progress.committed:,} in flight", refresh=False)
+        self._bar.update(progress.read - self._bar.n)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
 def build_app(config: ServerConfig, spark_master: str | None, rules_dir: Path | None = None,
               base_url: str = "", rules_on: Placement = "auto", spark_conf: dict[str, str] | None = None,
               mqtt: Broker | None = None) -> Flask:
@@ -303,4 +393,6 @@ def main(argv: list[str] | None = None) -> int:
         return tail(args)
     elif args.command == "replay":
         return run_replay(args)
+    elif args.command == "upload":
+        return run_upload(args)
     return 0

@@ -44,6 +44,7 @@ from pipeline.assignment import assign_ranges, fold_runs, sequence_table
 from pipeline.element_source import LOG_DIRECTORY, WARM_UP_STREAM, start_element_pipeline, stop_element_pipeline
 from pipeline.errors import PipelineError
 from pipeline.spark import SparkSettings, spark_session
+from sparql_ext.histogram import Histogram
 from sparql_ext.window_state import BatchSummary, Step, advance, assignable
 from sparql_ext.windowing import WindowSpec
 from store.element_log import segment_name
@@ -77,6 +78,10 @@ class PipelineStatus:
     windows_emitted: int = 0
     expired_elements: int = 0
     skipped_empty_windows: dict[str, int] = field(default_factory=dict)  # "stream/sequence" -> windows
+    batch_seconds: Histogram = field(default_factory=Histogram)  # every batch's time, since start-up
+    # per stream: from stream time reaching a window's end (the commit of the record that completed it) to the
+    # window revision's commit, since start-up
+    window_latency: dict[str, Histogram] = field(default_factory=dict)
 
 
 class WindowPipeline:
@@ -228,7 +233,9 @@ class WindowPipeline:
     def status(self) -> dict[str, Any]:
         """Pipeline state for ``/status``: batches, timing, errors, and per stream its sequences."""
         with self._lock:
-            s = copy.deepcopy(self._status)
+            s = copy.copy(self._status)
+            s.last_batch_phases, s.skipped_empty_windows = dict(s.last_batch_phases), dict(s.skipped_empty_windows)
+            latency = dict(s.window_latency)
         query = self._query
         streams: dict[str, Any] = {}
         for name in self.catalog.names():
@@ -239,6 +246,10 @@ class WindowPipeline:
             streams[name] = {
                 "batch": state.batch, "watermark": state.watermark, "stream_time": state.stream_time,
                 "seen": state.seen,
+                # what the pipeline has not read yet: elements, and stream time (seconds)
+                "lag_elements": max(0, stream.head() - state.seen) if len(stream) else 0,
+                "lag_seconds": _lag_seconds(stream.stream_time, state.stream_time),
+                "window_latency_seconds": (latency[name] if name in latency else Histogram()).to_json(),
                 "sequences": {
                     seq.id: {"ref": seq.ref, "live": seq.id in state.next_index,
                              "pending": seq.spec.origin is None and seq.id not in state.origins,
@@ -253,8 +264,8 @@ class WindowPipeline:
             "last_batch_phases": s.last_batch_phases,
             "last_error": s.last_error, "last_error_at": s.last_error_at, "errors": s.errors,
             "restarts": s.restarts, "windows_emitted": s.windows_emitted, "expired_elements": s.expired_elements,
-            "skipped_empty_windows": s.skipped_empty_windows, "streams": streams,
-            "spark_progress": _progress(query),
+            "skipped_empty_windows": s.skipped_empty_windows, "batch_seconds": s.batch_seconds.to_json(),
+            "streams": streams, "spark_progress": _progress(query),
         }
 
     def caught_up(self, stream: Stream) -> bool:
@@ -309,10 +320,12 @@ class WindowPipeline:
             log.exception("window pipeline: %s", message)
             self._record_error(message)
             raise
+        seconds = time.monotonic() - began
         with self._lock:
             self._status.batches += 1
             self._status.last_batch_id = batch_id
-            self._status.last_batch_seconds = round(time.monotonic() - began, 4)
+            self._status.last_batch_seconds = round(seconds, 4)
+            self._status.batch_seconds.observe(seconds)
             self._status.last_batch_phases = {name: round(seconds, 4) for name, seconds in phases.items()}
             self._status.windows_emitted += emitted
             self._status.expired_elements += expired
@@ -362,12 +375,31 @@ class WindowPipeline:
             log.warning("stream %s, sequence %s: skipped %d empty windows", name, ident, count)
         revisions = [new_revision(d.sequence, d.index, d.start, d.end, d.runs) for d in step.windows]
         if stream.windows.commit(batch_id, revisions, step.state) and revisions:
+            self._observe_latency(stream, revisions)
             for callback in list(self.on_windows):
                 try:
                     callback(stream, revisions)
                 except Exception as error:  # noqa: BLE001 - a callback must not stop the pipeline
                     self._record_error(f"on_windows callback failed: {error!r}")
         return step
+
+    def _observe_latency(self, stream: Stream, revisions: list[WindowRevision]) -> None:
+        """Window latency: from when a window could first be computed — stream time reached its end plus the
+        lateness (a count window: its last element committed), or its sequence was registered if that came later —
+        to its revision's commit. Windows whose completing record has expired are not observed."""
+        with self._lock:
+            histogram = self._status.window_latency.setdefault(stream.config.name, Histogram())
+        for revision in revisions:
+            sequence = stream.windows.sequence(revision.sequence)
+            if sequence is None:
+                continue
+            if sequence.spec.kind == "count":
+                record = stream.record(revision.end)
+                reached = None if record is None else record.commit
+            else:
+                reached = stream.reached_at(revision.end + stream.config.lateness)
+            if reached is not None:
+                histogram.observe(max(0, revision.commit - max(reached, sequence.registered)) / 1_000_000)
 
     @staticmethod
     def _expire(stream: Stream, step: Step) -> int:
@@ -393,6 +425,14 @@ def _progress(query: StreamingQuery | None) -> dict[str, Any] | None:
         return None
     return {"batch_id": progress.get("batchId"), "rows": progress.get("numInputRows"),
             "timestamp": progress.get("timestamp"), "duration_ms": progress.get("durationMs")}
+
+
+def _lag_seconds(stream_time: int | None, read_time: int | None) -> float | None:
+    """How far the stream's committed stream time is ahead of what the pipeline has read, in seconds (0 for an empty
+    stream; None while the pipeline has read nothing of a stream that has a stream time)."""
+    if stream_time is None:
+        return 0.0
+    return None if read_time is None else max(0, stream_time - read_time) / 1_000_000
 
 
 def _summaries(ranges: pa.Table) -> dict[str, BatchSummary]:

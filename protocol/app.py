@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Flask
 
-from protocol import access, gsp, ldes, publications, rules, sparql, status, streams
+from protocol import access, console, gsp, ldes, metrics, publications, rules, sparql, status, streams
 from protocol.errors import register_error_handlers
 from protocol.services import EXTENSION, ServerConfig, Services
 
@@ -16,7 +16,8 @@ def create_app(config: ServerConfig, services: Services | None = None) -> Flask:
     app.config["CONCENTRATOR"] = config
     app.extensions[EXTENSION] = services or Services.open(config)
     access.install(app, config.token, config.read_only, config.rate_limit)
-    for blueprint in (sparql.bp, gsp.bp, status.bp, streams.bp, publications.bp, ldes.bp, rules.bp):
+    for blueprint in (sparql.bp, gsp.bp, status.bp, streams.bp, publications.bp, ldes.bp, rules.bp, console.bp):
         app.register_blueprint(blueprint)
+    metrics.install(app)
     register_error_handlers(app)
     return app

@@ -30,16 +30,16 @@ class BadRequest(HttpProblem):
     status_hint = 400
 
 
+class NotFound(HttpProblem):
+    status_hint = 404
+
+
 class NotAcceptable(HttpProblem):
     status_hint = 406
 
 
 class Forbidden(HttpProblem):
     status_hint = 403
-
-
-class NotFound(HttpProblem):
-    status_hint = 404
 
 
 class Gone(HttpProblem):

@@ -38,7 +38,8 @@ def rule_json(rule: Rule) -> dict[str, object]:
             "firings": status.firings, "outputs": status.outputs, "failures": status.failures,
             "waiting": status.waiting, "placement": status.placement, "executor_firings": status.executor_firings,
             "last_latency_ms": status.last_latency_ms, "last_error": status.last_error,
-            "last_window": status.last_window, "log": status.log, "publish": rule.publish}
+            "last_window": status.last_window, "log": status.log, "publish": rule.publish,
+            "latency_seconds": rule.latency.to_json()}  # successful firings since start-up
 
 
 @bp.route("/rules", methods=["GET"])

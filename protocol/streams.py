@@ -103,7 +103,11 @@ def stream_resource(name: str) -> Response:
         if params.windows is not None:
             raise BadRequest("a POST to a windowed IRI must carry a SPARQL query; upload elements to the "
                              "stream IRI itself (without WINDOWS)")
-        return _upload(stream)
+        try:
+            return _upload(stream)
+        except ConcentratorError as error:
+            stream.ingest.refused(error.status_hint)  # upload errors in /status and /metrics
+            raise
     if is_service_identification(request.headers.get("User-Agent"), has_query=False):
         return _service_description()
     if params.windows is None:
@@ -148,6 +152,7 @@ def _stream_get(stream: Stream) -> Response:
     return jsonify(_describe(stream))
 
 
+RATE_PERIOD_SECONDS, RATE_PERIODS = 10, 30  # GET /streams/{name}: rate_history over the last 5 minutes
 ELEMENTS_LIMIT = 10_000  # records per GET /streams/{name}/elements page
 
 
@@ -342,6 +347,9 @@ def _describe(stream: Stream) -> dict[str, object]:
         "stream_time": None if stream.stream_time is None else format_micros(stream.stream_time),
         "punctuations": stream.punctuations,
         "rate_per_second": stream.rate(60_000_000),
+        # the rate over the last minutes (the console draws it): elements/s per period, oldest first
+        "rate_history": {"period_seconds": RATE_PERIOD_SECONDS,
+                         "per_second": stream.rate_history(RATE_PERIOD_SECONDS * 1_000_000, RATE_PERIODS)},
         "sequences": [_describe_sequence(stream, s.id) for s in stream.windows.sequences()],
     }
 

@@ -207,7 +207,9 @@ class RuleRunner:
         status.placement = self.placement_for(rule)
         self._mark_fired(rule, stream, revision)
         status.outputs += len(elements)
-        status.last_latency_ms = round((time.monotonic() - started) * 1000, 3)
+        seconds = time.monotonic() - started
+        status.last_latency_ms = round(seconds * 1000, 3)
+        rule.latency.observe(seconds)
         status.last_window = where
         status.last_error = None
         self.registry.save_status(rule)

@@ -34,6 +34,7 @@ from engine.evaluation import ExtendedEvaluator
 from rules.errors import RuleCycle, RuleNotFound, RuleRejected
 from sparql_ext import ExtendedQuery, parse_extended
 from sparql_ext.errors import ConcentratorError, ReportSyntaxError, SparqlExtError
+from sparql_ext.histogram import Histogram
 from sparql_ext.reporting import ReportSpec, parse_report
 from sparql_ext.windowed import windowed_params
 from sparql_ext.windowing import format_micros, resolve
@@ -82,6 +83,8 @@ class Rule:
     # a new rule fires on what completes from then on); start-up fires what came after (RuleRunner.catch_up)
     fired: dict[str, int] = field(default_factory=dict)
     publish: str | None = None  # an MQTT topic its output elements are published to (connectors.mqtt_out)
+    # every successful firing's latency in seconds, since start-up (not saved: /metrics counts from start-up)
+    latency: Histogram = field(default_factory=Histogram, compare=False)
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "output": self.output, "base": self.base, "discovers": self.discovers,
@@ -281,7 +284,8 @@ class RuleRegistry:
             old = self._rules.get(name)
             rule = Rule(name, text, output_name, base.rstrip("/"), self._register(pairs, old.inputs if old else []),
                         old.status if old else RuleStatus(), discovers=bool(analysis.discovered_by), report=report,
-                        operator=operator, fired=dict(old.fired) if old else {}, publish=publish)
+                        operator=operator, fired=dict(old.fired) if old else {}, publish=publish,
+                        latency=old.latency if old else Histogram())
             self._start_after_latest(rule)
             (self.directory / f"{name}.rq").write_text(text, encoding="utf-8")
             self._rules[name] = rule

@@ -47,6 +47,9 @@ _MAX_PENDING = 8 << 20  # bytes of a TriG body read without a confirmed cut befo
 _CANDIDATES = 4  # TriG cut candidates tried from the end of what has arrived
 _XSD = "http://www.w3.org/2001/XMLSchema#"
 _TRIG_END = re.compile(rb"(?:\}|\.)[ \t]*\r?\n")
+# In canonical TriG a statement ends at " , " (object list), " ;\n" (predicate list) or " .\n", outside literals
+# (a literal's own newlines are escaped, and IRIs and blank node labels hold no spaces).
+_STATEMENT_ENDS = re.compile(rb'"(?:[^"\\]|\\.)*"|( , | ;\n| \.\n)')
 
 
 @dataclass
@@ -241,6 +244,12 @@ class ElementFramer:
             if not element.is_punctuation:
                 self.next_label += 1
             yield element
+
+
+def statements_in_block(block: bytes) -> int:
+    """How many statements a canonical TriG text (an element's block, as framed) holds, without parsing it."""
+    ends = _STATEMENT_ENDS.findall(block)  # group 1: b"" where a literal matched
+    return len(ends) - ends.count(b"")
 
 
 class _OffFastPath(Exception):

@@ -24,7 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,7 @@ from store.durable import now_micros, write_json
 from store.element_log import ElementLog
 from store.elements import ParsedElement
 from store.errors import DuplicateElement, ElementOutOfOrder, ElementRejected, StorageFailure
+from store.framing import statements_in_block
 from store.log_records import ElementRecord, LogRecord, PunctuationRecord, RegistrationRecord
 from store.stream_config import StreamConfig
 from store.stream_index import StreamIndex
@@ -46,19 +47,29 @@ RESERVED_PREFIX = "urn:x-concentrator:"
 _XSD_DATETIME = "http://www.w3.org/2001/XMLSchema#dateTime"
 _MAX_BATCH = 5_000  # elements per commit: bounds the latency of a batch during a flood
 WINDOW_STORES_KEPT = 8  # in-memory window datasets per stream (window_store)
+_REFUSALS = threading.Lock()  # IngestStats.refused
 
 
 @dataclass
 class IngestStats:
     """Where a stream's ingestion time goes: framing (the upload threads: ``store.framing``), committing (the
-    committer thread: records, index), of which fsync (waiting for the disk). Seconds since start-up."""
+    committer thread: records, index), of which fsync (waiting for the disk). Seconds since start-up; with what
+    was ingested since start-up (elements, statements: each element's graph statements and its timestamp triple)
+    and the uploads refused, by HTTP status (``/metrics`` reports these as counters)."""
 
     framing_seconds: float = 0.0
     commit_seconds: float = 0.0
     fsync_seconds: float = 0.0
     commits: int = 0
     elements: int = 0
+    statements: int = 0
     bytes_written: int = 0
+    upload_errors: dict[str, int] = field(default_factory=dict)  # "400" -> uploads refused with that status
+
+    def refused(self, status: int) -> None:
+        """Count an upload refused with ``status`` (the uploader says so: the store does not know HTTP)."""
+        with _REFUSALS:  # request threads refuse concurrently; the other counters are the committer's alone
+            self.upload_errors[str(status)] = self.upload_errors.get(str(status), 0) + 1
 
     def to_json(self) -> dict[str, object]:
         return {key: round(value, 4) if isinstance(value, float) else value for key, value in asdict(self).items()}
@@ -296,8 +307,11 @@ class Stream(StreamIndex):
             for ordinal, element, _ in elements:
                 if ordinal:
                     self._accepted_graphs.discard(str(element.graph))
+        committed = [element for ordinal, element, _ in elements if ordinal]  # punctuations are no elements
         self.ingest.commits += 1
-        self.ingest.elements += len(elements)
+        self.ingest.elements += len(committed)
+        self.ingest.statements += sum(1 + (len(e.quads) if e.block is None else statements_in_block(e.block))
+                                      for e in committed)
         self.ingest.commit_seconds += time.perf_counter() - started
 
     def _content(self, element: ParsedElement) -> bytes:

@@ -20,6 +20,8 @@ from store.durable import now_micros
 from store.element_log import Location
 from store.log_records import ElementRecord
 
+PUNCTUATIONS_KEPT = 10_000  # punctuation commit times kept for ``reached_at`` (between this and twice as many)
+
 
 class StreamIndex:
     """The index of one stream; ``Stream`` extends it with storage and committing."""
@@ -42,6 +44,9 @@ class StreamIndex:
         self._origin_of: dict[int, str] = {}  # the same by ordinal (a rule's publication picks its own outputs)
         self.stream_time: int | None = None  # max timestamp or punctuation committed
         self.punctuations = 0
+        # the latest punctuations: the running maximum of their times (so it only grows) and their commit times
+        self._punctuation_reach = array("q")
+        self._punctuation_commits = array("q")
         self._changed = threading.Condition()  # notified after every commit
 
     # -- sparql_ext.windowing.ElementIndex ---------------------------------------------------------------------
@@ -137,6 +142,34 @@ class StreamIndex:
         recent = len(self._commits) - bisect.bisect_left(self._commits, since)
         return round(recent / (period / 1_000_000), 3)
 
+    def rate_history(self, width: int, buckets: int, now: int | None = None) -> list[float]:
+        """Elements committed per second in each of the last ``buckets`` periods of ``width`` µs, oldest first (the
+        newest ends now): the stream's rate over the last minutes, from the commit times the index holds."""
+        now = now_micros() if now is None else now
+        edges = [now - width * (buckets - i) for i in range(buckets + 1)]
+        with self._changed:
+            counts = [bisect.bisect_right(self._commits, edge) for edge in edges]
+        return [round((counts[i + 1] - counts[i]) / (width / 1_000_000), 3) for i in range(buckets)]
+
+    def reached_at(self, time: int) -> int | None:
+        """When stream time first reached ``time``: the commit time (µs) of the first committed record, element or
+        punctuation, whose timestamp is at or after it; None when no retained record is. (The start of a window's
+        latency: a time window completes once stream time reaches its end plus the lateness.)"""
+        found: list[int] = []
+        with self._changed:
+            if self._by_time:  # with a lateness, later ordinals may hold earlier times: the first ordinal after it
+                later = self._by_time[bisect.bisect_left(self._by_time, (time, 0)):]
+                if later:
+                    found.append(self._commits[min(ordinal for _, ordinal in later) - self.first_ordinal])
+            else:
+                i = bisect.bisect_left(self._times, time)
+                if i < len(self._times):
+                    found.append(self._commits[i])
+            j = bisect.bisect_left(self._punctuation_reach, time)
+            if j < len(self._punctuation_reach):
+                found.append(self._punctuation_commits[j])
+        return min(found, default=None)
+
     def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Block until ``predicate()`` holds after a commit, or ``timeout`` seconds pass."""
         with self._changed:
@@ -157,6 +190,11 @@ class StreamIndex:
         """Add a committed element (ordinal 0: a punctuation) to the index."""
         if ordinal == 0:
             self.punctuations += 1
+            reach = self._punctuation_reach
+            if len(reach) >= 2 * PUNCTUATIONS_KEPT:  # keep the latest: older ones completed their windows long ago
+                del reach[:PUNCTUATIONS_KEPT], self._punctuation_commits[:PUNCTUATIONS_KEPT]
+            reach.append(max(time, reach[-1]) if reach else time)
+            self._punctuation_commits.append(commit)
         else:
             if not self._times:
                 self.first_ordinal = ordinal

@@ -1,0 +1,172 @@
+"""GET /metrics: the server's state in the Prometheus text format (prometheus-client), for operators' scrapers.
+
+Nothing is counted twice: a custom collector reads ``/status``'s document (``protocol.status.status_document``) at
+each scrape and reports its numbers, so ``/metrics`` and ``/status`` agree, and the layers that count (store,
+pipeline, rules) know nothing of Prometheus. The process's own metrics (``process_resident_memory_bytes`` …) come
+from the client's ``ProcessCollector``. Counters and histograms count since the server started, except the
+rules' firings, outputs and failures and the window counts, which are kept on disk. docs/metrics.md lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from flask import Blueprint, Flask, Response, current_app
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from protocol.parameters import reads
+from protocol.services import services_of
+from protocol.status import status_document
+
+bp = Blueprint("metrics", __name__)
+REGISTRY_KEY = "concentrator.metrics"
+
+Document = Mapping[str, Any]
+
+
+def install(app: Flask) -> None:
+    """The app's own registry (not the client's global one: two apps in one process, as in tests, stay apart)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatusCollector(lambda: status_document(services_of(app), app.config["CONCENTRATOR"])))
+    ProcessCollector(registry=registry)
+    app.extensions[REGISTRY_KEY] = registry
+    app.register_blueprint(bp)
+
+
+@bp.route("/metrics", methods=["GET"])
+@reads()
+def metrics() -> Response:
+    registry: CollectorRegistry = current_app.extensions[REGISTRY_KEY]
+    return Response(generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+class StatusCollector(Collector):
+    """Metric families made from one ``/status`` document per scrape."""
+
+    def __init__(self, document: Callable[[], Document]) -> None:
+        self.document = document
+
+    def collect(self) -> Iterator[Metric]:
+        status = self.document()
+        yield from _stream_metrics(status.get("streams", {}), status.get("continuous", []))
+        yield from _pipeline_metrics(status.get("pipeline", {}))
+        yield from _rule_metrics(status.get("rules", {}))
+        dataset = GaugeMetricFamily("concentrator_dataset_revisions", "Revisions of the dataset (its HEAD number).")
+        dataset.add_metric([], status.get("dataset", {}).get("revisions", 0))
+        yield dataset
+
+
+def _stream_metrics(streams: Document, continuous: list[Document]) -> Iterator[Metric]:
+    labels = ["stream"]
+    retained = GaugeMetricFamily("concentrator_stream_elements", "Elements the stream retains.", labels=labels)
+    head = GaugeMetricFamily("concentrator_stream_head_ordinal", "Ordinal of the stream's newest element.",
+                             labels=labels)
+    elements = CounterMetricFamily("concentrator_stream_elements_ingested", "Elements committed since start-up.",
+                                   labels=labels)
+    statements = CounterMetricFamily("concentrator_stream_statements_ingested", "Statements committed since "
+                                     "start-up (each element's graph statements and its timestamp triple).",
+                                     labels=labels)
+    written = CounterMetricFamily("concentrator_stream_bytes_written", "Bytes written to the element log since "
+                                  "start-up.", labels=labels)
+    errors = CounterMetricFamily("concentrator_stream_upload_errors", "Uploads the stream refused since start-up, "
+                                 "by HTTP status.", labels=["stream", "status"])
+    rate = GaugeMetricFamily("concentrator_stream_rate_per_second", "Elements committed per second over the last "
+                             "minute.", labels=labels)
+    time = GaugeMetricFamily("concentrator_stream_time_seconds", "Stream time (the newest timestamp or "
+                             "punctuation committed), as seconds since the epoch.", labels=labels)
+    windows = CounterMetricFamily("concentrator_stream_windows_emitted", "Windows materialized for a registered "
+                                  "window sequence.", labels=["stream", "sequence", "ref"])
+    subscribers = GaugeMetricFamily("concentrator_continuous_subscribers", "Continuous responses running now.",
+                                    labels=labels)
+    per_stream: dict[str, int] = dict.fromkeys(streams, 0)
+    for registration in continuous:
+        per_stream[registration["stream"]] = per_stream.get(registration["stream"], 0) + 1
+    for name, stream in streams.items():
+        ingest = stream.get("ingest", {})
+        retained.add_metric([name], stream["elements"])
+        head.add_metric([name], stream["head"])
+        elements.add_metric([name], ingest.get("elements", 0))
+        statements.add_metric([name], ingest.get("statements", 0))
+        written.add_metric([name], ingest.get("bytes_written", 0))
+        for status_code, count in sorted(ingest.get("upload_errors", {}).items()):
+            errors.add_metric([name, status_code], count)
+        rate.add_metric([name], stream["rate_per_second"])
+        if stream.get("stream_time_us") is not None:
+            time.add_metric([name], stream["stream_time_us"] / 1_000_000)
+        for ident, sequence in stream.get("sequences", {}).items():
+            windows.add_metric([name, ident, sequence["ref"]], sequence["windows_emitted"])
+    for name, count in sorted(per_stream.items()):
+        subscribers.add_metric([name], count)
+    yield from (retained, head, elements, statements, written, errors, rate, time, windows, subscribers)
+
+
+def _pipeline_metrics(pipeline: Document) -> Iterator[Metric]:
+    up = GaugeMetricFamily("concentrator_pipeline_up", "1 while the Spark window pipeline runs, else 0.")
+    up.add_metric([], 1 if pipeline.get("ready") and pipeline.get("active") else 0)
+    yield up
+    if "batches" not in pipeline:  # no pipeline (serve --no-pipeline)
+        return
+    for key, help_text in (("batches", "Micro-batches applied since start-up."),
+                           ("errors", "Pipeline errors since start-up (failed batches, starts, callbacks)."),
+                           ("restarts", "Restarts of the streaming query since start-up."),
+                           ("windows_emitted", "Windows materialized since start-up.")):
+        counter = CounterMetricFamily(f"concentrator_pipeline_{key}", help_text)
+        counter.add_metric([], pipeline[key])
+        yield counter
+    yield _histogram("concentrator_pipeline_batch_seconds", "Time per micro-batch.", [],
+                     {"": pipeline["batch_seconds"]})
+    last = GaugeMetricFamily("concentrator_pipeline_last_batch_seconds", "Time of the latest micro-batch.")
+    if pipeline.get("last_batch_seconds") is not None:
+        last.add_metric([], pipeline["last_batch_seconds"])
+    yield last
+    streams = pipeline.get("streams", {})
+    lag = GaugeMetricFamily("concentrator_pipeline_lag_elements", "Elements committed that the pipeline has not "
+                            "read yet.", labels=["stream"])
+    lag_time = GaugeMetricFamily("concentrator_pipeline_lag_seconds", "Stream time committed ahead of the stream "
+                                 "time the pipeline has read.", labels=["stream"])
+    for name, stream in streams.items():
+        lag.add_metric([name], stream["lag_elements"])
+        if stream.get("lag_seconds") is not None:
+            lag_time.add_metric([name], stream["lag_seconds"])
+    yield lag
+    yield lag_time
+    yield _histogram("concentrator_window_latency_seconds", "From stream time reaching a window's end to its "
+                     "revision's commit.", ["stream"],
+                     {name: stream["window_latency_seconds"] for name, stream in streams.items()})
+
+
+def _rule_metrics(rules: Document) -> Iterator[Metric]:
+    labels = ["rule"]
+    families = {key: CounterMetricFamily(f"concentrator_rule_{key}", help_text, labels=labels) for key, help_text in (
+        ("firings", "Firings of the rule (windows it was evaluated on)."),
+        ("outputs", "Elements the rule appended to its output stream."),
+        ("failures", "Firings that failed (the rule's status has the error and its window)."))}
+    last = GaugeMetricFamily("concentrator_rule_last_latency_seconds", "Latency of the rule's latest firing.",
+                             labels=labels)
+    for name, rule in rules.items():
+        for key, family in families.items():
+            family.add_metric([name], rule[key])
+        if rule.get("last_latency_ms") is not None:
+            last.add_metric([name], rule["last_latency_ms"] / 1000)
+    yield from families.values()
+    yield last
+    yield _histogram("concentrator_rule_latency_seconds", "Time per successful firing (evaluation and output "
+                     "commit), since start-up.", labels,
+                     {name: rule["latency_seconds"] for name, rule in rules.items()})
+
+
+def _histogram(name: str, help_text: str, labels: list[str], histograms: Mapping[str, Document]) -> Metric:
+    """A histogram family from ``sparql_ext.histogram.Histogram.to_json`` documents (cumulative buckets), one per
+    label value ("" when the family has no label)."""
+    family = HistogramMetricFamily(name, help_text, labels=labels)
+    for value, histogram in histograms.items():
+        buckets = [(_bound(bound), count) for bound, count in histogram["buckets"]]
+        family.add_metric([value] if labels else [], buckets, histogram["sum"])
+    return family
+
+
+def _bound(bound: float | str) -> str:
+    return "+Inf" if bound == "+Inf" else repr(float(bound))

@@ -248,6 +248,8 @@ class ElementFramer:
 
 def statements_in_block(block: bytes) -> int:
     """How many statements a canonical TriG text (an element's block, as framed) holds, without parsing it."""
+    if b" , " not in block:  # no object list: line ends only, which no literal holds (raw newlines are escaped)
+        return block.count(b" ;\n") + block.count(b" .\n")
     ends = _STATEMENT_ENDS.findall(block)  # group 1: b"" where a literal matched
     return len(ends) - ends.count(b"")
 

@@ -20,10 +20,9 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
 from pathlib import Path
 
-from rules.model import Rule, RuleStatus
+from rules.model import Rule, RuleStatus, status_json
 from store.durable import append_durably, write_bytes
 
 log = logging.getLogger(__name__)
@@ -41,7 +40,7 @@ def put_record(rule: Rule) -> dict[str, object]:
 
 
 def status_record(rule: Rule) -> dict[str, object]:
-    return {"op": "status", "name": rule.name, "status": asdict(rule.status), "fired": dict(rule.fired)}
+    return {"op": "status", "name": rule.name, "status": status_json(rule.status), "fired": dict(rule.fired)}
 
 
 class RuleJournal:

@@ -31,6 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 
 
 LOG_KEEP = 20
+REGISTER_THREADS = 8  # streams whose new sequences are written at once (bulk registration)
 STATUS_SAVE_SECONDS = 1.0
 
 
@@ -347,13 +349,17 @@ class RuleRegistry:
             for stream, ref in item.pairs:
                 if _kept(old.inputs if old else [], stream, ref, self.catalog) is None:
                     needed.setdefault(stream, {})[ref] = None
-        found: dict[tuple[str, str], str] = {}
-        for stream_name, refs in needed.items():
+
+        def register(stream_name: str) -> list[str]:
             stream = self.catalog.get(stream_name)
-            registered = stream.register_many([(ref, resolve(parse_window_ref(ref), stream)) for ref in refs])
-            for ref, sequence in zip(refs, registered, strict=True):
-                found[(stream_name, ref)] = sequence.id
-        return found
+            refs = list(needed[stream_name])
+            return [s.id for s in stream.register_many([(ref, resolve(parse_window_ref(ref), stream)) for ref in refs])]
+
+        # the streams' sequence files are written side by side: their fsyncs overlap instead of queueing
+        with ThreadPoolExecutor(max_workers=max(1, min(REGISTER_THREADS, len(needed)))) as pool:
+            registered = dict(zip(needed, pool.map(register, needed), strict=True))
+        return {(stream_name, ref): ident for stream_name, refs in needed.items()
+                for ref, ident in zip(refs, registered[stream_name], strict=True)}
 
     def _install(self, rule: Rule, old: Rule | None) -> None:
         """Make ``rule`` the registered one of its name: it holds its sequences, the rule graph has its edges."""
@@ -503,11 +509,11 @@ class RuleRegistry:
                 self._put_checked(list(batch.values()))
                 break
             except RuleError as error:  # a missing input or a cycle: leave that file out, register the rest
-                path = next((p for p, item in batch.items() if item.spec.name == error.rule), None)
-                if path is None:
+                refused = next((p for p, item in batch.items() if item.spec.name == error.rule), None)
+                if refused is None:
                     raise
-                errors[path] = f"{path}: {error}"
-                del batch[path]
+                errors[refused] = f"{refused}: {error}"
+                del batch[refused]
         return [errors[path] for path in sorted(errors)]
 
     def _reaches(self, start: str, targets: set[str], exclude: str) -> bool:

@@ -5,6 +5,10 @@
   topic each output element is published to (docs/connectors.md; needs ``serve --mqtt``). 201 when new, 204
   when replaced; 400 when the rule can have no windowed input or its ``SERVICE ?var`` inputs cannot be
   discovered from the dataset, or a bad report policy; 409 on a cycle.
+- ``PUT /rules``: many rules at once, all or none: an ``application/json`` body ``{"rules": [{"name", "query",
+  "output", "report", "operator", "publish"}, …]}`` (the fields are ``PUT /rules/{name}``'s name, body and
+  parameters). 201 when one of them is new, else 200, with ``{"created": [names], "replaced": [names]}``; a bad
+  entry, a rule that cannot be registered (400) or a cycle (409) refuses the whole batch, naming the rule.
 - ``GET /rules/{name}``: the rule's text, or its JSON status with ``Accept: application/json``.
 - ``DELETE /rules/{name}``: 204.
 - ``GET /rules``: JSON list (name, output, inputs, firings, outputs, last latency, last error).
@@ -12,13 +16,16 @@
 
 from __future__ import annotations
 
+import json
+
 from flask import Blueprint, Response, jsonify, request
 
-from protocol.errors import HttpProblem
-from protocol.parameters import reads
+from protocol.bodies import text_body
+from protocol.errors import BadRequest, HttpProblem, UnsupportedMediaType
+from protocol.parameters import near_miss, reads
 from protocol.services import PublicationRegistry, rule_publication, services
 from protocol.stream_params import mqtt_topic_filter
-from rules.registry import Rule, RuleRegistry
+from rules.registry import Rule, RuleRegistry, RuleSpec
 from sparql_ext.errors import ConcentratorError
 
 bp = Blueprint("rules", __name__)
@@ -61,11 +68,7 @@ def put_rule(name: str) -> Response:
     base = request.host_url.rstrip("/")
     publish = request.args.get("publish") or None
     publications = services().connectors.publications
-    if publish is not None:
-        mqtt_topic_filter(publish, "publish", wildcards=False)
-        if publications is None:
-            raise HttpProblem("publish=: this server has no MQTT broker: start it with serve --mqtt mqtt://HOST:PORT",
-                              409)
+    _check_publish(publish, "publish=")
     previous = _registry().find(name)
     rule, created = _registry().put(name, text, output, base, request.args.get("report"), request.args.get("operator"),
                                     publish)
@@ -76,6 +79,69 @@ def put_rule(name: str) -> Response:
         response.status_code = 201
     response.headers["Location"] = f"{base}/rules/{name}"
     return response
+
+
+BULK_FIELDS = {"name": True, "query": True, "output": True, "report": False, "operator": False, "publish": False}
+
+
+@bp.route("/rules", methods=["PUT"])
+@reads()
+def put_rules() -> Response:
+    if (request.mimetype or "").lower() != "application/json":
+        raise UnsupportedMediaType('rules are sent as {"rules": [{"name": …, "query": …, "output": …}, …]} with '
+                                   "Content-Type: application/json", 415)
+    try:
+        body = json.loads(text_body("rules"))
+    except ValueError as error:
+        raise BadRequest(f"the body is not JSON: {error}") from None
+    entries = body.get("rules") if isinstance(body, dict) else None
+    if not isinstance(entries, list) or set(body) != {"rules"}:
+        raise BadRequest('the body must be {"rules": [{"name": …, "query": …, "output": …}, …]}, a list of rules')
+    base = request.host_url.rstrip("/")
+    specs = [_bulk_spec(index, entry, base) for index, entry in enumerate(entries)]
+    registry = _registry()
+    previous = {spec.name: registry.find(spec.name) for spec in specs}
+    made = registry.put_many(specs)
+    publications = services().connectors.publications
+    if publications is not None:
+        for (rule, _), spec in zip(made, specs, strict=True):
+            _follow_publish(publications, rule.name, rule.output, spec.publish, base, previous[spec.name])
+    created = [rule.name for rule, new in made if new]
+    response = jsonify({"created": created, "replaced": [rule.name for rule, new in made if not new]})
+    response.status_code = 201 if created else 200
+    return response
+
+
+def _bulk_spec(index: int, entry: object, base: str) -> RuleSpec:
+    """One entry of ``PUT /rules``, checked as ``PUT /rules/{name}`` checks its name, body and parameters."""
+    where = f"rules[{index}]"
+    if not isinstance(entry, dict):
+        raise BadRequest(f"{where} is not an object with name, query and output")
+    if isinstance(entry.get("name"), str):
+        where += f" ({entry['name']!r})"
+    unknown = sorted(set(entry) - set(BULK_FIELDS))
+    if unknown:
+        miss = near_miss(BULK_FIELDS, unknown)
+        hint = f": did you mean {miss[1]}?" if miss else f" (a rule has {', '.join(BULK_FIELDS)})"
+        raise BadRequest(f"{where}: unknown field {(miss[0] if miss else unknown[0])}{hint}")
+    for field, required in BULK_FIELDS.items():
+        value = entry.get(field)
+        if (required and not value) or not (value is None or isinstance(value, str)):
+            raise BadRequest(f"{where}: {field} must be a {'non-empty ' if required else ''}string"
+                             + (" (the output stream's name or URL)" if field == "output" else ""))
+    publish = entry.get("publish") or None
+    _check_publish(publish, f"{where}: publish")
+    return RuleSpec(entry["name"], entry["query"], entry["output"], base, entry.get("report") or None,
+                    entry.get("operator") or None, publish)
+
+
+def _check_publish(topic: str | None, where: str) -> None:
+    """A rule's MQTT topic is a topic name, and the server has a broker to publish to."""
+    if topic is None:
+        return
+    mqtt_topic_filter(topic, "publish", wildcards=False)
+    if services().connectors.publications is None:
+        raise HttpProblem(f"{where}: this server has no MQTT broker: start it with serve --mqtt mqtt://HOST:PORT", 409)
 
 
 @bp.route("/rules/<name>", methods=["GET"])

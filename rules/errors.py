@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sparql_ext.errors import ConcentratorError
 
 
 class RuleError(ConcentratorError):
-    """Base of every error raised by ``rules``."""
+    """Base of every error raised by ``rules``; ``rule`` names the rule it is about, when there is one (a refused
+    batch names the rule that refused it)."""
+
+    def __init__(self, message: str, *, rule: str | None = None, status_hint: int | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message, status_hint=status_hint, headers=headers)
+        self.rule = rule
 
 
 class RuleRejected(RuleError):

@@ -1,9 +1,10 @@
 """Rules (DESIGN §1, issue 4): CONSTRUCT queries with an output stream, fired per completed window.
 
-Persisted under ``<data>/rules/NAME.rq`` (the text) and ``NAME.json`` (output stream, base IRI, inputs, status).
-A rule's *inputs* are the repeating windowed IRIs of this server it reads; each is a sequence registered on
-its stream when the rule registers (``HEAD`` is the HEAD of that moment; the rule keeps its sequences when it is
-re-registered or reloaded), held while the rule exists, and each completed window of one fires the rule.
+Persisted in ``<data>/rules/registry.jsonl``, an append-only journal (rules/journal.py: one durable write per batch
+of rules or statuses). A rule's *inputs* are the repeating windowed IRIs of this server it reads; each is a
+sequence registered on its stream when the rule registers (``HEAD`` is the HEAD of that moment; the rule keeps its
+sequences when it is re-registered or reloaded; rules resolving to the same windows share one), held while the rule
+exists, and each completed window of one fires the rule.
 
 - **Constant inputs** are found in the text: ``SERVICE <BASE/streams/NAME?WINDOWS=R…>`` (or a stream alias
   IRI with ``?WINDOWS=R…``), and ``WINDOWS R… { … }`` inside ``SERVICE <BASE/streams/NAME>``.
@@ -17,92 +18,48 @@ A rule that can never have an input (none of the above) is refused with 400, as 
 ?var`` target depends on another extension part's result. A rule whose output stream is one of its inputs,
 directly or through other rules' outputs, is refused with 409 (a discovered input that would close a cycle
 is left out and reported in the rule's status).
+
+Rules register in batches (``put_many``; ``put`` is a batch of one): every rule is analysed first, then the batch
+is checked as a whole (input streams that exist or that another rule of the batch outputs; one cycle search over
+the stream graph), and only then is anything changed: output streams created, each distinct (stream, ref) sequence
+registered once, the batch written to the journal once. A refused batch changes nothing.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyoxigraph import NamedNode
 
 from engine.evaluation import ExtendedEvaluator
-from rules.errors import RuleCycle, RuleNotFound, RuleRejected
+from rules.errors import RuleCycle, RuleError, RuleNotFound, RuleRejected
+from rules.journal import RuleJournal
+from rules.model import Rule, RuleInput, RuleStatus
 from sparql_ext import ExtendedQuery, parse_extended
 from sparql_ext.errors import ConcentratorError, ReportSyntaxError, SparqlExtError
 from sparql_ext.histogram import Histogram
-from sparql_ext.reporting import ReportSpec, parse_report
+from sparql_ext.reporting import parse_report
 from sparql_ext.windowed import windowed_params
 from sparql_ext.windowing import format_micros, resolve
 from sparql_ext.windowref import parse_window_ref
-from store.durable import now_micros, write_json
+from store.durable import now_micros
 from store.errors import StoreError
 from store.stream_config import StreamConfig
 from store.streams import StreamCatalog, check_stream_name
 
+__all__ = ["LOG_KEEP", "Rule", "RuleInput", "RuleRegistry", "RuleSpec", "RuleStatus", "analyse_rule", "rule_file"]
+
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RuleInput:
-    stream: str
-    ref: str  # canonical repeating WindowRef
-    sequence: str  # sequence id on the stream
-
-
-@dataclass
-class RuleStatus:
-    firings: int = 0
-    outputs: int = 0  # elements appended to the output stream
-    failures: int = 0
-    waiting: int = 0  # firings skipped because another input had no complete window yet
-    executor_firings: int = 0  # firings evaluated in Spark executors (rules/tasks.py)
-    placement: str | None = None  # "executors" or "driver: why" (set at the first firing)
-    last_latency_ms: float | None = None
-    last_error: str | None = None
-    last_window: str | None = None
-    log: list[str] = field(default_factory=list)  # the latest errors, newest last
-
-
-@dataclass
-class Rule:
-    name: str
-    text: str
-    output: str  # stream name
-    base: str  # this server's base URL when registered (resolves local stream IRIs)
-    inputs: list[RuleInput]
-    status: RuleStatus = field(default_factory=RuleStatus)
-    discovers: bool = False  # has SERVICE ?var inputs, re-discovered when the data changes
-    report: str | None = None  # report policy (sparql_ext.reporting), None: window-close
-    operator: str | None = None  # stream operator, None: rstream
-    # "stream/sequence" -> index of the last window the rule fired on (at registration: the latest committed, so
-    # a new rule fires on what completes from then on); start-up fires what came after (RuleRunner.catch_up)
-    fired: dict[str, int] = field(default_factory=dict)
-    publish: str | None = None  # an MQTT topic its output elements are published to (connectors.mqtt_out)
-    # every successful firing's latency in seconds, since start-up (not saved: /metrics counts from start-up)
-    latency: Histogram = field(default_factory=Histogram, compare=False)
-
-    def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "output": self.output, "base": self.base, "discovers": self.discovers,
-                "report": self.report, "operator": self.operator, "fired": self.fired, "publish": self.publish,
-                "inputs": [asdict(i) for i in self.inputs], "status": asdict(self.status)}
-
-    @classmethod
-    def from_json(cls, text: str, data: dict) -> Rule:  # type: ignore[type-arg]
-        return cls(data["name"], text, data["output"], data["base"], [RuleInput(**i) for i in data["inputs"]],
-                   RuleStatus(**data.get("status", {})), data.get("discovers", False), data.get("report"),
-                   data.get("operator"), dict(data.get("fired", {})), data.get("publish"))
-
-    @property
-    def report_spec(self) -> ReportSpec:
-        return parse_report(self.report, self.operator)
-
-
 LOG_KEEP = 20
+REGISTER_THREADS = 8  # streams whose new sequences are written at once (bulk registration)
 STATUS_SAVE_SECONDS = 1.0
 
 
@@ -216,8 +173,32 @@ def rule_file(text: str) -> RuleFile:
     return RuleFile(text, output, declared.get("report"), declared.get("operator"), declared.get("publish") or None)
 
 
+@dataclass(frozen=True)
+class RuleSpec:
+    """A rule to register: what ``PUT /rules/{name}``, one entry of ``PUT /rules`` or a rule file gives."""
+
+    name: str
+    text: str
+    output: str  # a stream name or this server's stream URL
+    base: str  # this server's base URL (resolves local stream IRIs)
+    report: str | None = None
+    operator: str | None = None
+    publish: str | None = None
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """A rule that passed the checks of its own (the batch's are next)."""
+
+    spec: RuleSpec
+    output: str  # stream name
+    pairs: list[tuple[str, str]]  # its inputs: (stream, canonical repeating WindowRef)
+    discovers: bool
+
+
 class RuleRegistry:
-    """Rules by name, persisted under ``<data>/rules``; re-discovers ``SERVICE ?var`` inputs when data changes."""
+    """Rules by name, persisted in ``<data>/rules/registry.jsonl``; re-discovers ``SERVICE ?var`` inputs when data
+    changes."""
 
     def __init__(self, directory: Path, evaluator: ExtendedEvaluator) -> None:
         self.directory = directory
@@ -226,14 +207,15 @@ class RuleRegistry:
         self.catalog: StreamCatalog = evaluator.catalog
         self._lock = threading.RLock()
         self._rules: dict[str, Rule] = {}
-        self._status_saved: dict[str, float] = {}  # monotonic time of each rule's last save
+        self._readers: dict[str, set[str]] = {}  # stream -> names of the rules reading it (the rule graph's edges)
+        self._status_lock = threading.Lock()
+        self._unsaved: dict[str, Rule] = {}  # statuses save_status has not written yet
+        self._status_written = float("-inf")  # monotonic time of the last statuses write
         directory.mkdir(parents=True, exist_ok=True)
-        for meta in sorted(directory.glob("*.json")):
-            query = meta.with_suffix(".rq")
-            if query.exists():
-                rule = Rule.from_json(query.read_text(encoding="utf-8"), json.loads(meta.read_text()))
-                self._rules[rule.name] = rule
-                self._hold(rule.inputs, [])
+        # the snapshot takes no lock: a dict copy is atomic, and the journal's lock is taken inside the registry's
+        self._journal = RuleJournal(directory, lambda: list(self._rules.copy().values()))
+        for rule in self._journal.load().values():
+            self._install(rule, None)
         evaluator.dataset.on_commit.append(lambda _head: self.rediscover())
         self.catalog.on_change.append(lambda _stream: self.rediscover())
 
@@ -250,7 +232,7 @@ class RuleRegistry:
     def get(self, name: str) -> Rule:
         rule = self._rules.get(name)
         if rule is None:
-            raise RuleNotFound(f"no rule named {name!r}: create it with PUT /rules/{name}")
+            raise RuleNotFound(f"no rule named {name!r}: create it with PUT /rules/{name}", rule=name)
         return rule
 
     def put(self, name: str, text: str, output: str, base: str, report: str | None = None,
@@ -258,56 +240,146 @@ class RuleRegistry:
         """Register (or replace) a rule; creates the output stream if missing. Returns the rule and whether
         it is new. ``publish``: an MQTT topic for its output elements (kept here; the MQTT connector publishes).
         Raises RuleRejected (400) or RuleCycle (409) before anything is changed."""
-        try:
-            check_stream_name(name)
-        except StoreError:
-            raise RuleRejected(f"{name!r} is not a rule name: use 1-128 letters, digits, '.', '_' or '-'") from None
-        output_name = output_stream_name(output, base)
-        try:
-            parse_report(report, operator)
-        except ReportSyntaxError as error:
-            raise RuleRejected(f"rule {name!r}: {error}") from None
-        evaluator = self.evaluator.with_local_bases([base])
-        analysis = analyse_rule(text, base, evaluator)
-        pairs = [*analysis.constant, *discover(analysis, base, evaluator)]
-        missing = sorted({stream for stream, _ in analysis.constant if self.catalog.find(stream) is None})
-        if missing:
-            raise RuleRejected(f"rule {name!r} reads stream(s) {', '.join(missing)}, which do not exist: create them "
-                               "(PUT /streams/NAME) or register the rule that outputs them first")
-        with self._lock:
-            inputs_by_stream = {stream for stream, _ in pairs}
-            if self._reaches(output_name, inputs_by_stream, exclude=name):
-                raise RuleCycle(f"rule {name!r}: its output stream {output_name!r} feeds its own inputs "
-                                f"({', '.join(sorted(inputs_by_stream))}), directly or through other rules")
-            if self.catalog.find(output_name) is None:
-                self.catalog.put(StreamConfig(output_name))
-            old = self._rules.get(name)
-            rule = Rule(name, text, output_name, base.rstrip("/"), self._register(pairs, old.inputs if old else []),
-                        old.status if old else RuleStatus(), discovers=bool(analysis.discovered_by), report=report,
-                        operator=operator, fired=dict(old.fired) if old else {}, publish=publish,
-                        latency=old.latency if old else Histogram())
-            self._start_after_latest(rule)
-            (self.directory / f"{name}.rq").write_text(text, encoding="utf-8")
-            self._rules[name] = rule
-            self._hold(rule.inputs, old.inputs if old else [])
-            self.save(rule)
-            return rule, old is None
+        return self.put_many([RuleSpec(name, text, output, base, report, operator, publish)])[0]
 
-    def _register(self, pairs: list[tuple[str, str]], kept: list[RuleInput]) -> list[RuleInput]:
-        """The inputs, each sequence registered on its stream as the ref resolves now (``HEAD`` is this moment's
-        HEAD; two rules resolving to the same windows share the sequence). An input the rule already had (``kept``:
-        re-registered, reloaded at start-up, re-discovered) keeps its sequence."""
-        inputs = []
-        for stream_name, ref_text in pairs:
+    def put_many(self, specs: Sequence[RuleSpec]) -> list[tuple[Rule, bool]]:
+        """Register (or replace) the rules of ``specs``, all or none: each rule and whether it is new, in order.
+
+        A rule may read a stream another rule of the batch outputs. Raises RuleRejected (400) or RuleCycle (409),
+        naming the rule (``error.rule``), before anything is changed."""
+        seen: set[str] = set()
+        for spec in specs:
+            if spec.name in seen:
+                raise RuleRejected(f"rule {spec.name!r} is in the batch twice", rule=spec.name)
+            seen.add(spec.name)
+        return self._put_checked([self._check(spec) for spec in specs])
+
+    def _check(self, spec: RuleSpec) -> _Checked:
+        """What a rule reads and writes; refuses what cannot be a rule (its name in the message)."""
+        try:
+            try:
+                check_stream_name(spec.name)
+            except StoreError:
+                raise RuleRejected(f"{spec.name!r} is not a rule name: use 1-128 letters, digits, '.', '_' or "
+                                   "'-'") from None
+            output = output_stream_name(spec.output, spec.base)
+            try:
+                parse_report(spec.report, spec.operator)
+            except ReportSyntaxError as error:
+                raise RuleRejected(str(error)) from None
+            evaluator = self.evaluator.with_local_bases([spec.base])
+            analysis = analyse_rule(spec.text, spec.base, evaluator)
+            pairs = [*analysis.constant, *discover(analysis, spec.base, evaluator)]
+        except ConcentratorError as error:
+            # told with the rule's name, with the status the problem has (e.g. 403 for a host off the allowlist)
+            raise RuleRejected(f"rule {spec.name!r}: {error.message}", rule=spec.name,
+                               status_hint=error.status_hint) from error
+        return _Checked(spec, output, pairs, bool(analysis.discovered_by))
+
+    def _put_checked(self, batch: list[_Checked]) -> list[tuple[Rule, bool]]:
+        with self._lock:
+            self._refuse_missing_inputs(batch)
+            self._refuse_cycles(batch)
+            # nothing is refused any more: change things
+            for output in dict.fromkeys(item.output for item in batch):
+                if self.catalog.find(output) is None:
+                    self.catalog.put(StreamConfig(output))
+            olds = [self._rules.get(item.spec.name) for item in batch]
+            sequences = self._register(batch, olds)
+            made: list[tuple[Rule, bool]] = []
+            for item, old in zip(batch, olds, strict=True):
+                spec = item.spec
+                inputs = []
+                for stream, ref in item.pairs:
+                    kept = _kept(old.inputs if old else [], stream, ref, self.catalog)
+                    inputs.append(kept or RuleInput(stream, ref, sequences[(stream, ref)]))
+                rule = Rule(spec.name, spec.text, item.output, spec.base.rstrip("/"), inputs,
+                            old.status if old else RuleStatus(), discovers=item.discovers, report=spec.report,
+                            operator=spec.operator, fired=dict(old.fired) if old else {}, publish=spec.publish,
+                            latency=old.latency if old else Histogram())
+                self._start_after_latest(rule)
+                made.append((rule, old is None))
+            self._journal.put(rule for rule, _ in made)  # one durable write for the batch
+            for (rule, _), old in zip(made, olds, strict=True):
+                self._install(rule, old)
+            self._journal.compact_if_grown()
+            return made
+
+    def _refuse_missing_inputs(self, batch: list[_Checked]) -> None:
+        outputs = {item.output for item in batch}
+        for item in batch:
+            missing = sorted({stream for stream, _ in item.pairs
+                              if stream not in outputs and self.catalog.find(stream) is None})
+            if missing:
+                raise RuleRejected(
+                    f"rule {item.spec.name!r} reads stream(s) {', '.join(missing)}, which do not exist: create "
+                    "them (PUT /streams/NAME) or register the rule that outputs them first (or in the same batch)",
+                    rule=item.spec.name)
+
+    def _refuse_cycles(self, batch: list[_Checked]) -> None:
+        """One depth-first search of the stream graph (input stream -> output stream, one edge per rule) with the
+        batch's rules in place of the ones they replace. The graph without the batch has no cycle, so a cycle
+        goes through a batch rule's output: the search starts from those."""
+        replaced = {item.spec.name for item in batch}
+        added: dict[str, list[tuple[str, str]]] = {}
+        for item in batch:
+            for stream in dict.fromkeys(stream for stream, _ in item.pairs):
+                added.setdefault(stream, []).append((item.spec.name, item.output))
+
+        def edges(stream: str) -> list[tuple[str, str]]:  # (rule, the stream it outputs)
+            kept = [(name, self._rules[name].output) for name in self._readers.get(stream, ()) if name not in replaced]
+            return kept + added.get(stream, [])
+
+        done: set[str] = set()
+        for item in batch:
+            cycle = _find_cycle(item.output, edges, done)
+            if cycle is not None:
+                streams, names = cycle
+                culprit = next((name for name in names if name in replaced), names[0])
+                path = "".join(f"{stream} -[{name}]-> " for stream, name in zip(streams, names, strict=True))
+                raise RuleCycle(f"rule {culprit!r}: its output stream feeds its own inputs (a cycle: "
+                                f"{path}{streams[0]})", rule=culprit)
+
+    def _register(self, batch: list[_Checked], olds: list[Rule | None]) -> dict[tuple[str, str], str]:
+        """The sequence of each (stream, ref) the batch reads that its rules do not keep from before, registered as
+        the ref resolves now (``HEAD`` is this moment's HEAD), once per distinct (stream, ref), each stream's in
+        one write. An input a rule already had (re-registered) keeps its sequence."""
+        needed: dict[str, dict[str, None]] = {}
+        for item, old in zip(batch, olds, strict=True):
+            for stream, ref in item.pairs:
+                if _kept(old.inputs if old else [], stream, ref, self.catalog) is None:
+                    needed.setdefault(stream, {})[ref] = None
+
+        def register(stream_name: str) -> list[str]:
             stream = self.catalog.get(stream_name)
-            same = next((i for i in kept if (i.stream, i.ref) == (stream_name, ref_text)
-                         and stream.windows.sequence(i.sequence) is not None), None)
-            if same is not None:
-                inputs.append(same)
-                continue
-            sequence = stream.register(ref_text, resolve(parse_window_ref(ref_text), stream))
-            inputs.append(RuleInput(stream_name, ref_text, sequence.id))
-        return inputs
+            refs = list(needed[stream_name])
+            return [s.id for s in stream.register_many([(ref, resolve(parse_window_ref(ref), stream)) for ref in refs])]
+
+        # the streams' sequence files are written side by side: their fsyncs overlap instead of queueing
+        with ThreadPoolExecutor(max_workers=max(1, min(REGISTER_THREADS, len(needed)))) as pool:
+            registered = dict(zip(needed, pool.map(register, needed), strict=True))
+        return {(stream_name, ref): ident for stream_name, refs in needed.items()
+                for ref, ident in zip(refs, registered[stream_name], strict=True)}
+
+    def _install(self, rule: Rule, old: Rule | None) -> None:
+        """Make ``rule`` the registered one of its name: it holds its sequences, the rule graph has its edges."""
+        if old is not None:
+            self._unindex(old)
+        self._rules[rule.name] = rule
+        self._index(rule)
+        self._hold(rule.inputs, old.inputs if old else [])
+
+    def _index(self, rule: Rule) -> None:
+        for item in rule.inputs:
+            self._readers.setdefault(item.stream, set()).add(rule.name)
+
+    def _unindex(self, rule: Rule) -> None:
+        for item in rule.inputs:
+            readers = self._readers.get(item.stream)
+            if readers is not None:
+                readers.discard(rule.name)
+                if not readers:
+                    del self._readers[item.stream]
 
     def _hold(self, inputs: list[RuleInput], released: list[RuleInput]) -> None:
         """A rule holds the sequences it reads (they are never retired while it does); ``released``: its old ones."""
@@ -348,7 +420,18 @@ class RuleRegistry:
                                            f"{rule.output!r} feeds it (a cycle)")
                     else:
                         kept.append(pair)
-                before, rule.inputs = rule.inputs, self._register(kept, rule.inputs)
+                before = rule.inputs
+                inputs = []
+                for stream_name, ref in kept:
+                    same = _kept(before, stream_name, ref, self.catalog)
+                    if same is None:
+                        stream = self.catalog.get(stream_name)
+                        same = RuleInput(stream_name, ref,
+                                         stream.register(ref, resolve(parse_window_ref(ref), stream)).id)
+                    inputs.append(same)
+                self._unindex(rule)
+                rule.inputs = inputs
+                self._index(rule)
                 self._hold(rule.inputs, before)
                 self._start_after_latest(rule)
                 self.save(rule)
@@ -361,53 +444,77 @@ class RuleRegistry:
     def delete(self, name: str) -> None:
         with self._lock:
             rule = self.get(name)
+            self._journal.delete(name)
             del self._rules[name]
+            self._unindex(rule)
             self._hold([], rule.inputs)
-            (self.directory / f"{name}.json").unlink(missing_ok=True)
-            (self.directory / f"{name}.rq").unlink(missing_ok=True)
+            self._journal.compact_if_grown()
 
     def save(self, rule: Rule) -> None:
+        """Persist the whole rule (inputs, status, ``fired`` marks) now, if it is still the registered one."""
         with self._lock:
             if self._rules.get(rule.name) is rule:
-                write_json(self.directory / f"{rule.name}.json", rule.to_json())
-                self._status_saved[rule.name] = time.monotonic()
+                self._journal.put([rule])
+                self._journal.compact_if_grown()
+
+    def save_statuses(self, rules: Iterable[Rule]) -> None:
+        """Persist the statuses and ``fired`` marks of ``rules`` (those still registered) in one durable write;
+        they are durable when this returns (the firing code saves ``fired`` after the outputs it marks)."""
+        current = [rule for rule in rules if self._rules.get(rule.name) is rule]
+        with self._status_lock:
+            for rule in current:
+                if self._unsaved.get(rule.name) is rule:
+                    del self._unsaved[rule.name]
+        self._journal.statuses(current)
+        self._journal.compact_if_grown()
 
     def save_status(self, rule: Rule) -> None:
-        """Persist a successful firing's counters, at most once a second per rule: a durable write per firing
-        would cap firings at a few hundred per second, and a restart losing a second of counters loses no data."""
-        if time.monotonic() - self._status_saved.get(rule.name, float("-inf")) >= STATUS_SAVE_SECONDS:
-            self.save(rule)
+        """Persist a successful firing's counters, with those of every rule fired since, at most once a second: a
+        durable write per firing would cap firings at a few hundred per second, and a restart losing a second of
+        counters loses no data."""
+        with self._status_lock:
+            self._unsaved[rule.name] = rule
+            now = time.monotonic()
+            if now - self._status_written < STATUS_SAVE_SECONDS:
+                return
+            self._status_written = now
+            unsaved, self._unsaved = list(self._unsaved.values()), {}
+        self.save_statuses(unsaved)
 
     def reading(self, stream: str, sequence: str) -> list[Rule]:
         """The rules fired by a window of ``sequence`` on ``stream``."""
         with self._lock:
-            return [rule for rule in self._rules.values()
-                    if any(i.stream == stream and i.sequence == sequence for i in rule.inputs)]
+            rules = [self._rules[name] for name in sorted(self._readers.get(stream, ()))]
+            return [rule for rule in rules if any(i.stream == stream and i.sequence == sequence for i in rule.inputs)]
 
     def load_directory(self, directory: Path, base: str) -> list[str]:
-        """Register every ``NAME.rq`` of a rules directory (start-up); returns the errors, one per bad file.
+        """Register every ``NAME.rq`` of a rules directory (start-up) in one batch; returns the errors, one per
+        bad file (the others are registered).
 
-        A rule may read another's output stream, which that rule creates: files that fail are retried
-        while another pass registers more, so the order of the files does not matter."""
-        pending = sorted(directory.glob("*.rq"))
+        A rule may read another's output stream, which that rule creates, whatever the order of the files; a file
+        reading the output of a bad one is reported too."""
         errors: dict[Path, str] = {}
-        while pending:
-            failed = []
-            for path in pending:
-                declared = rule_file(path.read_text(encoding="utf-8"))
-                try:
-                    if declared.output is None:
-                        raise RuleRejected("no '# output: <IRI-or-stream-name>' line among its leading comments")
-                    self.put(path.stem, declared.text, declared.output, base, declared.report, declared.operator,
-                             declared.publish)
-                    errors.pop(path, None)
-                except ConcentratorError as error:
-                    errors[path] = f"{path}: {error}"
-                    failed.append(path)
-            if len(failed) == len(pending):
+        batch: dict[Path, _Checked] = {}
+        for path in sorted(directory.glob("*.rq")):
+            declared = rule_file(path.read_text(encoding="utf-8"))
+            try:
+                if declared.output is None:
+                    raise RuleRejected("no '# output: <IRI-or-stream-name>' line among its leading comments")
+                batch[path] = self._check(RuleSpec(path.stem, declared.text, declared.output, base, declared.report,
+                                                   declared.operator, declared.publish))
+            except ConcentratorError as error:
+                errors[path] = f"{path}: {error}"
+        while batch:
+            try:
+                self._put_checked(list(batch.values()))
                 break
-            pending = failed
-        return list(errors.values())
+            except RuleError as error:  # a missing input or a cycle: leave that file out, register the rest
+                refused = next((p for p, item in batch.items() if item.spec.name == error.rule), None)
+                if refused is None:
+                    raise
+                errors[refused] = f"{refused}: {error}"
+                del batch[refused]
+        return [errors[path] for path in sorted(errors)]
 
     def _reaches(self, start: str, targets: set[str], exclude: str) -> bool:
         """Whether stream ``start`` is, or feeds through the rules (except ``exclude``), one of ``targets``."""
@@ -420,7 +527,53 @@ class RuleRegistry:
             if stream in seen:
                 continue
             seen.add(stream)
-            for rule in self._rules.values():
-                if rule.name != exclude and any(i.stream == stream for i in rule.inputs):
-                    frontier.append(rule.output)
+            frontier.extend(self._rules[name].output for name in self._readers.get(stream, ()) if name != exclude)
         return False
+
+
+def _kept(inputs: list[RuleInput], stream: str, ref: str, catalog: StreamCatalog) -> RuleInput | None:
+    """The input of ``inputs`` reading (stream, ref) whose sequence still exists, if any."""
+    for item in inputs:
+        if (item.stream, item.ref) == (stream, ref):
+            found = catalog.find(stream)
+            if found is not None and found.windows.sequence(item.sequence) is not None:
+                return item
+    return None
+
+
+def _find_cycle(start: str, edges: Callable[[str], list[tuple[str, str]]],
+                done: set[str]) -> tuple[list[str], list[str]] | None:
+    """A cycle reachable from stream ``start`` as (its streams, the rules from each to the next), iteratively (a
+    long chain of rules must not exhaust the stack); ``done``: streams already searched, from which none is
+    reachable (shared by the searches of one check)."""
+    path: list[str] = []  # streams on the current path
+    via: list[str] = []  # the rule leading from path[i] to path[i + 1]
+    on_path: dict[str, int] = {}
+    stack: list[tuple[str, Iterator[tuple[str, str]]]] = []
+    if start in done:
+        return None
+    path.append(start)
+    on_path[start] = 0
+    stack.append((start, iter(edges(start))))
+    while stack:
+        stream, pending = stack[-1]
+        step = next(pending, None)
+        if step is None:
+            stack.pop()
+            path.pop()
+            del on_path[stream]
+            if via:
+                via.pop()
+            done.add(stream)
+            continue
+        rule, target = step
+        if target in on_path:
+            first = on_path[target]
+            return path[first:], [*via[first:], rule]
+        if target in done:
+            continue
+        via.append(rule)
+        on_path[target] = len(path)
+        path.append(target)
+        stack.append((target, iter(edges(target))))
+    return None

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sparql_ext.errors import QuerySyntaxError, RevisionSyntaxError, WindowRefSyntaxError
-from sparql_ext.lexer import Kind, check_nesting
+from sparql_ext.lexer import Kind, Token, check_nesting
 from sparql_ext.parsing import (
     ParseContext,
     ParseFailure,
@@ -152,8 +152,10 @@ class _RawPart:
     inner_span: tuple[int, int]
 
 
-def _parse(text: str, base_iri: str | None) -> ExtendedQuery:
-    tokens = extended_tokens(text)
+def _parse(text: str, base_iri: str | None, tokens: list[Token] | None = None) -> ExtendedQuery:
+    """``tokens``: the text's tokens when the caller has them already (an inner group of a parsed query)."""
+    if tokens is None:
+        tokens = extended_tokens(text)
     check_nesting(tokens, text)
     ctx = ParseContext(text, tokens, bracket_pairs(tokens), base_iri)
     i = _prologue(ctx)
@@ -305,8 +307,13 @@ def _part(ctx: ParseContext, i: int, enclosing: tuple[int, str | None]) -> tuple
     inner_span = (tokens[open_index].start, tokens[close].end)
     header = f"{ctx.prologue}SELECT * WHERE "
     inner_text = header + ctx.text[inner_span[0] : inner_span[1]]
+    # the group's tokens are the outer query's, moved (tokenizing from a bracket gives the same tokens): the inner
+    # query is not tokenized again, which was most of the cost of parsing a rule
+    shift = len(header) - inner_span[0]
+    inner_tokens = [*_header_tokens(header),
+                    *(Token(t.kind, t.text, t.start + shift, t.end + shift) for t in tokens[open_index : close + 1])]
     try:
-        parsed = _parse(inner_text, ctx.base_iri)
+        parsed = _parse(inner_text, ctx.base_iri, inner_tokens)
     except ParseFailure as failure:
         offset = failure.offset - len(header) + inner_span[0] if failure.offset >= len(header) else keyword.start
         raise ParseFailure(failure.message, offset) from None
@@ -315,6 +322,12 @@ def _part(ctx: ParseContext, i: int, enclosing: tuple[int, str | None]) -> tuple
     part = _RawPart(kind, target, is_variable, silent, inner, mentioned(ctx, open_index, close + 1), prefix,
                     (keyword.start, tokens[close].end), inner_span)
     return part, close
+
+
+@functools.lru_cache(maxsize=256)
+def _header_tokens(header: str) -> tuple[Token, ...]:
+    """The tokens of an inner query's header (the prologue and ``SELECT * WHERE``), shared by the parts of a query."""
+    return tuple(extended_tokens(header))
 
 
 def _check_revision(value: str, offset: int) -> None:

@@ -71,6 +71,7 @@ _TOKEN_RULES: list[tuple[Kind | None, str]] = [
     (Kind.PUNCT, r"\^\^|&&|\|\||!=|<=|>=|[{}()\[\];,.*+\-/!=<>|^]"),
 ]
 _MASTER = re.compile("|".join(f"(?P<g{i}>{rule})" for i, (_, rule) in enumerate(_TOKEN_RULES)))
+_KINDS = {f"g{i}": kind for i, (kind, _) in enumerate(_TOKEN_RULES)}  # a match's group name -> its token kind
 
 
 def tokenize(text: str) -> Iterator[Token]:
@@ -79,15 +80,16 @@ def tokenize(text: str) -> Iterator[Token]:
     >>> [t.text for t in tokenize('SELECT ?x { ?x a <y> } # done')]
     ['SELECT', '?x', '{', '?x', 'a', '<y>', '}']
     """
-    pos = 0
-    while pos < len(text):
-        match = _MASTER.match(text, pos)
+    pos, length, match_at = 0, len(text), _MASTER.match
+    while pos < length:
+        match = match_at(text, pos)
         if match is None or match.end() == pos:
             raise QuerySyntaxError(f"unexpected character {text[pos]!r}", text, pos)
-        kind = _TOKEN_RULES[int(match.lastgroup[1:])][0]  # type: ignore[index]
+        kind = _KINDS[match.lastgroup]  # type: ignore[index]
+        end = match.end()
         if kind is not None:
-            yield Token(kind, match.group(), pos, match.end())
-        pos = match.end()
+            yield Token(kind, match.group(), pos, end)
+        pos = end
 
 
 def check_nesting(tokens: list[Token], text: str, limit: int = MAX_NESTING) -> None:

@@ -62,6 +62,8 @@ def extended_tokens(text: str) -> list[Token]:
                 if tok.kind is Kind.NUMBER and tok.text.endswith("."):  # DECIMAL needs digits after '.'
                     out.append(Token(Kind.NUMBER, tok.text[:-1], start, end - 1))
                     out.append(Token(Kind.PUNCT, ".", end - 1, end))
+                elif position == 0:
+                    out.append(tok)  # already where it is in the text (tokens are immutable)
                 else:
                     out.append(Token(tok.kind, tok.text, start, end))
             return out

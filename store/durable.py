@@ -18,9 +18,22 @@ def fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def write_json(path: Path, data: object) -> None:
+def write_bytes(path: Path, data: bytes) -> None:
     """Replace ``path`` atomically and durably."""
     temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    temporary.write_bytes(data)
     fsync_file(temporary)
     os.replace(temporary, path)
+
+
+def write_json(path: Path, data: object) -> None:
+    """Replace ``path`` atomically and durably."""
+    write_bytes(path, json.dumps(data, indent=1).encode())
+
+
+def append_durably(path: Path, data: bytes) -> None:
+    """Append ``data`` to ``path`` in one write and fsync it: a crash can only leave a torn end of ``data``."""
+    with path.open("ab") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())

@@ -225,11 +225,16 @@ class Stream(StreamIndex):
     def register(self, ref: str, spec: WindowSpec) -> Sequence:
         """Register a window sequence (once per distinct ref). Its registration goes into the log in
         order with the elements: the pipeline treats elements before it as history, after it live."""
-        sequence, new = self.windows.register(ref, spec)
-        if new:
-            with self._accept_lock:
-                self._enqueue(-1, sequence.id)
-        return sequence
+        return self.register_many([(ref, spec)])[0]
+
+    def register_many(self, refs: list[tuple[str, WindowSpec]]) -> list[Sequence]:
+        """``register`` each ``(ref, spec)``, with one write of the sequences file."""
+        registered = self.windows.register_many(refs)
+        with self._accept_lock:
+            for sequence, new in registered:
+                if new:
+                    self._enqueue(-1, sequence.id)
+        return [sequence for sequence, _ in registered]
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything accepted so far is committed (or the commit failed)."""

@@ -179,16 +179,26 @@ class WindowLog:
 
     def register(self, ref: str, spec: WindowSpec) -> tuple[Sequence, bool]:
         """Register ``ref`` (resolved as ``spec``); returns the sequence and whether it is new."""
+        return self.register_many([(ref, spec)])[0]
+
+    def register_many(self, refs: list[tuple[str, WindowSpec]]) -> list[tuple[Sequence, bool]]:
+        """Register each ``(ref, spec)``; returns each one's sequence and whether it is new. The sequences file is
+        written once for all of them (bulk rule registration registers many at once)."""
+        registered: list[tuple[Sequence, bool]] = []
         with self._changed:
-            ident = self._free_id(ref, spec)
-            existing = self._sequences.get(ident)
-            self._used[ident] = time.monotonic()
-            if existing is not None:
-                return existing, False
-            sequence = Sequence(ident, ref, spec, now_micros())
-            self._sequences[ident] = sequence
-            self._save_sequences()
-            return sequence, True
+            for ref, spec in refs:
+                ident = self._free_id(ref, spec)
+                existing = self._sequences.get(ident)
+                self._used[ident] = time.monotonic()
+                if existing is not None:
+                    registered.append((existing, False))
+                    continue
+                sequence = Sequence(ident, ref, spec, now_micros())
+                self._sequences[ident] = sequence
+                registered.append((sequence, True))
+            if any(new for _, new in registered):
+                self._save_sequences()
+        return registered
 
     def _free_id(self, ref: str, spec: WindowSpec) -> str:
         generation = 0

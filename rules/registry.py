@@ -25,6 +25,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from pyoxigraph import NamedNode
 
 from engine.evaluation import ExtendedEvaluator
 from rules.errors import RuleCycle, RuleNotFound, RuleRejected
+from rules.event_rules import event_rule_spec
 from sparql_ext import ExtendedQuery, parse_extended
 from sparql_ext.errors import ConcentratorError, ReportSyntaxError, SparqlExtError
 from sparql_ext.histogram import Histogram
@@ -85,17 +87,19 @@ class Rule:
     publish: str | None = None  # an MQTT topic its output elements are published to (connectors.mqtt_out)
     # every successful firing's latency in seconds, since start-up (not saved: /metrics counts from start-up)
     latency: Histogram = field(default_factory=Histogram, compare=False)
+    events: list[str] = field(default_factory=list)  # streams its EVENTs read: an event rule (rules/event_rules.py)
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "output": self.output, "base": self.base, "discovers": self.discovers,
                 "report": self.report, "operator": self.operator, "fired": self.fired, "publish": self.publish,
-                "inputs": [asdict(i) for i in self.inputs], "status": asdict(self.status)}
+                "inputs": [asdict(i) for i in self.inputs], "status": asdict(self.status), "events": self.events}
 
     @classmethod
     def from_json(cls, text: str, data: dict) -> Rule:  # type: ignore[type-arg]
         return cls(data["name"], text, data["output"], data["base"], [RuleInput(**i) for i in data["inputs"]],
                    RuleStatus(**data.get("status", {})), data.get("discovers", False), data.get("report"),
-                   data.get("operator"), dict(data.get("fired", {})), data.get("publish"))
+                   data.get("operator"), dict(data.get("fired", {})), data.get("publish"),
+                   events=list(data.get("events", [])))
 
     @property
     def report_spec(self) -> ReportSpec:
@@ -123,11 +127,15 @@ class RuleAnalysis:
 
     constant: list[tuple[str, str]]  # (stream name, canonical repeating WindowRef)
     discovered_by: list[tuple[str, str]]  # (prefix query binding the variable, '?var') of top-level SERVICE ?var
+    events: list[str] = field(default_factory=list)  # streams an event rule's EVENTs read (rules/event_rules.py)
 
 
 def analyse_rule(text: str, base: str, evaluator: ExtendedEvaluator) -> RuleAnalysis:
     """A rule's constant windowed inputs and the prefix queries that discover the others; refuses what cannot be
     a rule."""
+    spec = event_rule_spec(text, base, evaluator)
+    if spec is not None:  # MATCH: fired on each element of the streams its EVENTs read, not on windows
+        return RuleAnalysis([], [], sorted(set(spec.streams.values())))
     try:
         extended = parse_extended(text, base)
         if extended.template is None and "CONSTRUCT" not in extended.sparql.upper():
@@ -227,6 +235,7 @@ class RuleRegistry:
         self._lock = threading.RLock()
         self._rules: dict[str, Rule] = {}
         self._status_saved: dict[str, float] = {}  # monotonic time of each rule's last save
+        self.on_change: list[Callable[[], None]] = []  # called after a rule is put or deleted
         directory.mkdir(parents=True, exist_ok=True)
         for meta in sorted(directory.glob("*.json")):
             query = meta.with_suffix(".rq")
@@ -275,7 +284,7 @@ class RuleRegistry:
             raise RuleRejected(f"rule {name!r} reads stream(s) {', '.join(missing)}, which do not exist: create them "
                                "(PUT /streams/NAME) or register the rule that outputs them first")
         with self._lock:
-            inputs_by_stream = {stream for stream, _ in pairs}
+            inputs_by_stream = {stream for stream, _ in pairs} | set(analysis.events)
             if self._reaches(output_name, inputs_by_stream, exclude=name):
                 raise RuleCycle(f"rule {name!r}: its output stream {output_name!r} feeds its own inputs "
                                 f"({', '.join(sorted(inputs_by_stream))}), directly or through other rules")
@@ -285,13 +294,14 @@ class RuleRegistry:
             rule = Rule(name, text, output_name, base.rstrip("/"), self._register(pairs, old.inputs if old else []),
                         old.status if old else RuleStatus(), discovers=bool(analysis.discovered_by), report=report,
                         operator=operator, fired=dict(old.fired) if old else {}, publish=publish,
-                        latency=old.latency if old else Histogram())
+                        latency=old.latency if old else Histogram(), events=analysis.events)
             self._start_after_latest(rule)
             (self.directory / f"{name}.rq").write_text(text, encoding="utf-8")
             self._rules[name] = rule
             self._hold(rule.inputs, old.inputs if old else [])
             self.save(rule)
-            return rule, old is None
+        self._changed()
+        return rule, old is None
 
     def _register(self, pairs: list[tuple[str, str]], kept: list[RuleInput]) -> list[RuleInput]:
         """The inputs, each sequence registered on its stream as the ref resolves now (``HEAD`` is this moment's
@@ -365,6 +375,13 @@ class RuleRegistry:
             self._hold([], rule.inputs)
             (self.directory / f"{name}.json").unlink(missing_ok=True)
             (self.directory / f"{name}.rq").unlink(missing_ok=True)
+        self._changed()
+
+    def _changed(self) -> None:
+        """Tell the listeners (event rules' workers) that a rule was put or deleted; outside the lock, since a
+        listener may wait for a worker that saves its rule."""
+        for listener in list(self.on_change):
+            listener()
 
     def save(self, rule: Rule) -> None:
         with self._lock:
@@ -421,6 +438,6 @@ class RuleRegistry:
                 continue
             seen.add(stream)
             for rule in self._rules.values():
-                if rule.name != exclude and any(i.stream == stream for i in rule.inputs):
+                if rule.name != exclude and (stream in rule.events or any(i.stream == stream for i in rule.inputs)):
                     frontier.append(rule.output)
         return False

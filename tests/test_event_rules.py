@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -264,12 +264,6 @@ def close(app: Flask) -> None:
     services_of(app).close()
 
 
-@pytest.fixture
-def closing_app(app: Flask) -> Iterator[Flask]:
-    yield app
-    close(app)
-
-
 # --- refusals ---------------------------------------------------------------------------------------------------------
 
 def test_a_bad_event_rule_is_refused_with_its_line_and_column(http: Http) -> None:
@@ -286,3 +280,22 @@ def test_a_bad_event_rule_is_refused_with_its_line_and_column(http: Http) -> Non
     status, reply = http.put_rule("bad", bad.replace("AND", "SEQ").replace("?x :p ?y", "?x :p"), "out")
     assert status == 400 and "line 3" in str(reply), reply
     assert http.rule("bad")[0] == 404
+
+
+def test_an_event_rule_whose_output_feeds_its_events_is_a_cycle(http: Http) -> None:
+    http.put_stream("s")
+    status, reply = http.put_rule("loop", seq_rule("SEQ", "UNRESTRICTED"), "s")
+    assert status == 409 and "feeds its own inputs" in str(reply), reply
+    assert http.rule("loop")[0] == 404
+
+
+def test_an_event_rule_from_a_rule_file(app: Flask, tmp_path: Path) -> None:
+    http = flask_http(app.test_client())
+    http.put_stream("s")
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "from-file.rq").write_text("# output: file-out\n" + seq_rule("SEQ", "UNRESTRICTED"), encoding="utf-8")
+    assert services_of(app).rules.load_directory(rules, "http://localhost") == []
+    upload_s(http, {"G1", "G2"})
+    http.wait_processed("from-file", "s", 2)
+    assert derived(http, "file-out") == {("c", 1, 2, ("G1", "G2"))}

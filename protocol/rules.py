@@ -46,7 +46,17 @@ def rule_json(rule: Rule) -> dict[str, object]:
             "waiting": status.waiting, "placement": status.placement, "executor_firings": status.executor_firings,
             "last_latency_ms": status.last_latency_ms, "last_error": status.last_error,
             "last_window": status.last_window, "log": status.log, "publish": rule.publish,
-            "latency_seconds": rule.latency.to_json()}  # successful firings since start-up
+            "latency_seconds": rule.latency.to_json(),  # successful firings since start-up
+            "events": _event_status(rule)}
+
+
+def _event_status(rule: Rule) -> dict[str, object] | None:
+    """An event rule's matching (streams, last element matched of each, matches, state size); None for others."""
+    event_rules = services().event_rules
+    if not rule.events or event_rules is None:
+        return None
+    return event_rules.status(rule.name) or {"streams": rule.events, "state": "not running",
+                                            "last_error": rule.status.last_error}
 
 
 @bp.route("/rules", methods=["GET"])

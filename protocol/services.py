@@ -18,6 +18,7 @@ from flask import Flask, current_app
 
 from engine.evaluation import ExtendedEvaluator, HttpSession
 from protocol.window_results import SharedResults
+from rules.event_rules import EventRules
 from rules.registry import RuleRegistry
 from store import RevisionedDataset
 from store.streams import StreamCatalog
@@ -146,6 +147,7 @@ class Services:
     continuous: Registrations = field(default_factory=Registrations)  # the continuous responses running now
     window_results: SharedResults[Any] = field(default_factory=SharedResults)  # shared by continuous responses
     connectors: Connectors = field(default_factory=Connectors)  # MQTT (serve --mqtt), set by the composition root
+    event_rules: EventRules | None = None  # the workers of rules with MATCH (fired per element, no pipeline needed)
 
     @classmethod
     def open(cls, config: ServerConfig) -> Services:
@@ -156,9 +158,12 @@ class Services:
         allow = None if config.service_allow is None else frozenset(config.service_allow)
         http = cast(HttpSession, requests.Session())  # what the evaluator uses of it (engine imports no HTTP library)
         evaluator = ExtendedEvaluator(dataset, streams, [], http, allow_hosts=allow)
-        return cls(dataset, streams, evaluator, RuleRegistry(config.data_dir / "rules", evaluator))
+        rules = RuleRegistry(config.data_dir / "rules", evaluator)
+        return cls(dataset, streams, evaluator, rules, event_rules=EventRules(rules))
 
     def close(self) -> None:
+        if self.event_rules is not None:  # they append to streams: stopped (their state saved) first
+            self.event_rules.close()
         self.streams.close()
         self.dataset.close()
 

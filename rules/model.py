@@ -51,19 +51,22 @@ class Rule:
     publish: str | None = None  # an MQTT topic its output elements are published to (connectors.mqtt_out)
     # every successful firing's latency in seconds, since start-up (not saved: /metrics counts from start-up)
     latency: Histogram = field(default_factory=Histogram, compare=False)
+    events: list[str] = field(default_factory=list)  # streams its EVENTs read: an event rule (rules/event_rules.py)
 
     def to_json(self) -> dict[str, object]:
         # fired is copied: firing threads add marks while another thread saves (dict() copies atomically); the
         # status's fields are flat (its log is replaced, never changed in place), so asdict's deep copy is not needed
         return {"name": self.name, "output": self.output, "base": self.base, "discovers": self.discovers,
                 "report": self.report, "operator": self.operator, "fired": dict(self.fired), "publish": self.publish,
-                "inputs": [dict(vars(i)) for i in self.inputs], "status": status_json(self.status)}
+                "inputs": [dict(vars(i)) for i in self.inputs], "status": status_json(self.status),
+                "events": self.events}
 
     @classmethod
     def from_json(cls, text: str, data: dict) -> Rule:  # type: ignore[type-arg]
         return cls(data["name"], text, data["output"], data["base"], [RuleInput(**i) for i in data["inputs"]],
                    RuleStatus(**data.get("status", {})), data.get("discovers", False), data.get("report"),
-                   data.get("operator"), dict(data.get("fired", {})), data.get("publish"))
+                   data.get("operator"), dict(data.get("fired", {})), data.get("publish"),
+                   events=list(data.get("events", [])))
 
     @property
     def report_spec(self) -> ReportSpec:

@@ -32,13 +32,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyoxigraph import NamedNode
 
 from engine.evaluation import ExtendedEvaluator
 from rules.errors import RuleCycle, RuleError, RuleNotFound, RuleRejected
+from rules.event_spec import event_rule_spec
 from rules.journal import RuleJournal
 from rules.model import Rule, RuleInput, RuleStatus
 from sparql_ext import ExtendedQuery, parse_extended
@@ -80,11 +81,15 @@ class RuleAnalysis:
 
     constant: list[tuple[str, str]]  # (stream name, canonical repeating WindowRef)
     discovered_by: list[tuple[str, str]]  # (prefix query binding the variable, '?var') of top-level SERVICE ?var
+    events: list[str] = field(default_factory=list)  # streams an event rule's EVENTs read (rules/event_rules.py)
 
 
 def analyse_rule(text: str, base: str, evaluator: ExtendedEvaluator) -> RuleAnalysis:
     """A rule's constant windowed inputs and the prefix queries that discover the others; refuses what cannot be
     a rule."""
+    spec = event_rule_spec(text, base, evaluator)
+    if spec is not None:  # MATCH: fired on each element of the streams its EVENTs read, not on windows
+        return RuleAnalysis([], [], sorted(set(spec.streams.values())))
     try:
         extended = parse_extended(text, base)
         if extended.template is None and "CONSTRUCT" not in extended.sparql.upper():
@@ -194,6 +199,12 @@ class _Checked:
     output: str  # stream name
     pairs: list[tuple[str, str]]  # its inputs: (stream, canonical repeating WindowRef)
     discovers: bool
+    events: list[str] = field(default_factory=list)  # the streams its EVENTs read (an event rule)
+
+    @property
+    def reads(self) -> list[str]:
+        """Every stream the rule reads: its windows' and its EVENTs'."""
+        return list(dict.fromkeys([*(stream for stream, _ in self.pairs), *self.events]))
 
 
 class RuleRegistry:
@@ -211,6 +222,7 @@ class RuleRegistry:
         self._status_lock = threading.Lock()
         self._unsaved: dict[str, Rule] = {}  # statuses save_status has not written yet
         self._status_written = float("-inf")  # monotonic time of the last statuses write
+        self.on_change: list[Callable[[], None]] = []  # called after rules are put or deleted
         directory.mkdir(parents=True, exist_ok=True)
         # the snapshot takes no lock: a dict copy is atomic, and the journal's lock is taken inside the registry's
         self._journal = RuleJournal(directory, lambda: list(self._rules.copy().values()))
@@ -274,7 +286,7 @@ class RuleRegistry:
             # told with the rule's name, with the status the problem has (e.g. 403 for a host off the allowlist)
             raise RuleRejected(f"rule {spec.name!r}: {error.message}", rule=spec.name,
                                status_hint=error.status_hint) from error
-        return _Checked(spec, output, pairs, bool(analysis.discovered_by))
+        return _Checked(spec, output, pairs, bool(analysis.discovered_by), analysis.events)
 
     def _put_checked(self, batch: list[_Checked]) -> list[tuple[Rule, bool]]:
         with self._lock:
@@ -296,19 +308,20 @@ class RuleRegistry:
                 rule = Rule(spec.name, spec.text, item.output, spec.base.rstrip("/"), inputs,
                             old.status if old else RuleStatus(), discovers=item.discovers, report=spec.report,
                             operator=spec.operator, fired=dict(old.fired) if old else {}, publish=spec.publish,
-                            latency=old.latency if old else Histogram())
+                            latency=old.latency if old else Histogram(), events=item.events)
                 self._start_after_latest(rule)
                 made.append((rule, old is None))
             self._journal.put(rule for rule, _ in made)  # one durable write for the batch
             for (rule, _), old in zip(made, olds, strict=True):
                 self._install(rule, old)
             self._journal.compact_if_grown()
-            return made
+        self._changed()
+        return made
 
     def _refuse_missing_inputs(self, batch: list[_Checked]) -> None:
         outputs = {item.output for item in batch}
         for item in batch:
-            missing = sorted({stream for stream, _ in item.pairs
+            missing = sorted({stream for stream in item.reads
                               if stream not in outputs and self.catalog.find(stream) is None})
             if missing:
                 raise RuleRejected(
@@ -323,7 +336,7 @@ class RuleRegistry:
         replaced = {item.spec.name for item in batch}
         added: dict[str, list[tuple[str, str]]] = {}
         for item in batch:
-            for stream in dict.fromkeys(stream for stream, _ in item.pairs):
+            for stream in item.reads:
                 added.setdefault(stream, []).append((item.spec.name, item.output))
 
         def edges(stream: str) -> list[tuple[str, str]]:  # (rule, the stream it outputs)
@@ -370,16 +383,16 @@ class RuleRegistry:
         self._hold(rule.inputs, old.inputs if old else [])
 
     def _index(self, rule: Rule) -> None:
-        for item in rule.inputs:
-            self._readers.setdefault(item.stream, set()).add(rule.name)
+        for stream in _reads(rule):
+            self._readers.setdefault(stream, set()).add(rule.name)
 
     def _unindex(self, rule: Rule) -> None:
-        for item in rule.inputs:
-            readers = self._readers.get(item.stream)
+        for stream in _reads(rule):
+            readers = self._readers.get(stream)
             if readers is not None:
                 readers.discard(rule.name)
                 if not readers:
-                    del self._readers[item.stream]
+                    del self._readers[stream]
 
     def _hold(self, inputs: list[RuleInput], released: list[RuleInput]) -> None:
         """A rule holds the sequences it reads (they are never retired while it does); ``released``: its old ones."""
@@ -449,6 +462,13 @@ class RuleRegistry:
             self._unindex(rule)
             self._hold([], rule.inputs)
             self._journal.compact_if_grown()
+        self._changed()
+
+    def _changed(self) -> None:
+        """Tell the listeners (event rules' workers) that a rule was put or deleted; outside the lock, since a
+        listener may wait for a worker that saves its rule."""
+        for listener in list(self.on_change):
+            listener()
 
     def save(self, rule: Rule) -> None:
         """Persist the whole rule (inputs, status, ``fired`` marks) now, if it is still the registered one."""
@@ -529,6 +549,11 @@ class RuleRegistry:
             seen.add(stream)
             frontier.extend(self._rules[name].output for name in self._readers.get(stream, ()) if name != exclude)
         return False
+
+
+def _reads(rule: Rule) -> set[str]:
+    """The streams a registered rule reads (the rule graph's edges into it)."""
+    return {item.stream for item in rule.inputs} | set(rule.events)
 
 
 def _kept(inputs: list[RuleInput], stream: str, ref: str, catalog: StreamCatalog) -> RuleInput | None:

@@ -23,7 +23,7 @@ import shutil
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -88,6 +88,8 @@ class Stream(StreamIndex):
         self._window_lock = threading.Lock()
         self._window_stores: OrderedDict[tuple[int, ...], Store] = OrderedDict()  # see window_store
         self.ingest = IngestStats()  # where ingestion's time goes (GET /status: streams.NAME.ingest)
+        # called by the committer after each group is visible; listeners must not block (event rules wake a worker)
+        self.on_commit: list[Callable[[], None]] = []
         # Accepting (validation + ordinal assignment) is serialized; committing is the committer's.
         self._accept_lock = threading.Lock()
         self._accepted_head = 0
@@ -308,6 +310,8 @@ class Stream(StreamIndex):
                 self._index(ordinal, element.time, str(element.graph), commit_time, element.origin,  # type: ignore
                             location)
             self._changed.notify_all()
+        for listener in list(self.on_commit):
+            listener()
         with self._accept_lock:
             for ordinal, element, _ in elements:
                 if ordinal:

@@ -33,6 +33,7 @@ EXPECTED = {
     ("rule_placement", "rule_placement_pairs"): ["rule_placement_pairs", "rule_placement_pairs_batch",
                                                  "rule_placement"],
     ("fuzz", "fuzz"): ["fuzz"],
+    ("events", "events"): ["events"],
 }
 
 

@@ -205,11 +205,13 @@ def test_loading_1000_rules_makes_a_constant_number_of_durable_writes(
 def test_save_status_writes_at_most_once_a_second(registry: RuleRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     registry.put_many([RuleSpec(f"r{j}", rule_text(BASE, "a", j), "out", BASE) for j in range(20)])
     calls = _count_durable_writes(monkeypatch)
+    started = time.monotonic()
     for _ in range(5):
         for rule in registry.rules():
             rule.status.firings += 1
             registry.save_status(rule)
-    assert len(calls) <= 1
+    elapsed = time.monotonic() - started  # well under a second on a quiet machine; a busy one may cross a second
+    assert len(calls) <= 1 + int(elapsed), (len(calls), elapsed)  # not one write per call (100)
 
 
 def test_the_journal_is_compacted_as_it_grows(registry: RuleRegistry) -> None:

@@ -73,17 +73,20 @@ def replay(files: list[Path], rules_dir: Path, out: Path, *, base_data: Path | N
     # streams), then the streams and the dataset (their stores write files until closed).
     with ExitStack() as closing:
         data = Path(closing.enter_context(tempfile.TemporaryDirectory(prefix="concentrator-replay-")))
-        server = assemble(ServerConfig(data), spark_master=spark_master, rules_dir=rules_dir, base_url=BASE,
-                          rules_on=rules_on, prepare=prepare)
+        # no rule, no output: the elements are still read (and checked), but Spark has nothing to do
+        has_rules = any(rules_dir.glob("*.rq"))
+        server = assemble(ServerConfig(data), spark_master=spark_master if has_rules else None, rules_dir=rules_dir,
+                          base_url=BASE, rules_on=rules_on, prepare=prepare)
         closing.callback(server.close)
         if server.rule_errors:
             raise ValueError("rules not loaded:\n" + "\n".join(server.rule_errors))
-        assert server.pipeline is not None
         server.start()
         catalog, registry = server.services.streams, server.services.rules
         total = _feed(files, names, catalog, progress)
         _punctuate(catalog, names)
-        windows = _settle(catalog, registry, server.pipeline, progress, total, started + timeout)
+        windows = 0
+        if server.pipeline is not None:
+            windows = _settle(catalog, registry, server.pipeline, progress, total, started + timeout)
         outputs = {rule.output for rule in registry.rules()}
         counts = _write(catalog, sorted(outputs), out)
     if progress:

@@ -7,18 +7,16 @@ import json
 import tempfile
 import uuid
 from collections.abc import Iterable
-from urllib.parse import urlsplit
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 from pyoxigraph import Literal, NamedNode, RdfFormat, serialize
 
-from engine.evaluation import QueryTarget, host_allowed
+from engine.evaluation import QueryTarget
 from engine.selection import SelectedWindow, revision_selection, revision_window, select_window
 from protocol import memento
-from protocol.access import token_hash
 from protocol.bodies import revision_parameter, text_body
 from protocol.continuous import continuous_response, wants_continuous
-from protocol.errors import BadRequest, Forbidden, HttpProblem, NotAcceptable, UnsupportedMediaType
+from protocol.errors import BadRequest, NotAcceptable, UnsupportedMediaType
 from protocol.incremental import available_reader, drain
 from protocol.negotiation import BODY_FORMATS, DATASET_FORMATS, best_media_type, body_media_type, is_utf8
 from protocol.parameters import reads
@@ -26,11 +24,17 @@ from protocol.responses import empty_response, spooled_response, window_headers
 from protocol.services import services
 from protocol.sparql import FORM, is_extended, run_query, serialize_result
 from protocol.stream_params import (
-    duration_micros,
     is_service_identification,
-    mqtt_topic_filter,
     timeout_seconds,
     windowed_params,
+)
+from protocol.stream_settings import (
+    LISTS,
+    SETTINGS,
+    describe_revision,
+    describe_stream,
+    iri_parameter,
+    stream_config,
 )
 from protocol.websocket import continuous_websocket, upload_websocket
 from sparql_ext import parse_instant
@@ -43,10 +47,7 @@ from store.errors import RevisionNotFound, StreamNotFound
 from store.framing import ElementFramer
 from store.jsonld import JsonLdFramer
 from store.stream import Stream
-from store.stream_config import MESSAGE_FORMATS, StreamConfig
-from store.streams import StreamCatalog, check_stream_name
-from store.terms import named_node
-from store.windows import WindowRevision
+from store.streams import StreamCatalog
 
 bp = Blueprint("streams", __name__)
 
@@ -74,7 +75,7 @@ def list_streams() -> Response:
     keeping the other parameters (``WINDOWS=`` …)."""
     alias = request.args.get("iri")
     if alias is None:
-        return jsonify({"streams": [_describe(_catalog().get(name)) for name in _catalog().names()]})
+        return jsonify({"streams": [describe_stream(_catalog().get(name)) for name in _catalog().names()]})
     stream = _catalog().by_alias(alias)
     if stream is None:
         raise StreamNotFound(f"no stream is mapped to {alias!r} (map one with PUT /streams/{{name}}?alias=IRI)")
@@ -149,10 +150,9 @@ def _stream_get(stream: Stream) -> Response:
             memento.stream_memento(stream, selection.ordinals[-1], original)
         headers = {} if found is None else memento.memento_headers(original, found, negotiated=False)
         return _dataset_response(stream, selection, headers)
-    return jsonify(_describe(stream))
+    return jsonify(describe_stream(stream))
 
 
-RATE_PERIOD_SECONDS, RATE_PERIODS = 10, 30  # GET /streams/{name}: rate_history over the last 5 minutes
 ELEMENTS_LIMIT = 10_000  # records per GET /streams/{name}/elements page
 
 
@@ -191,7 +191,7 @@ def window_revisions(name: str) -> Response:
         sequences = stream.windows.with_ref(str(parse_window_ref(wanted)))
     return jsonify({"sequences": [{
         "id": sequence.id, "ref": sequence.ref,
-        "windows": [_describe_revision(sequence.spec.kind, r) for r in stream.windows.revisions(sequence.id)],
+        "windows": [describe_revision(sequence.spec.kind, r) for r in stream.windows.revisions(sequence.id)],
     } for sequence in sequences]})
 
 
@@ -212,20 +212,7 @@ def window_revision(name: str, revision_id: str) -> Response:
     return _dataset_response(stream, selected)
 
 
-def _describe_revision(kind: str, revision: WindowRevision) -> dict[str, object]:
-    bounds = ({"start": revision.start, "end": revision.end} if kind == "count"
-              else {"start": format_micros(revision.start), "end": format_micros(revision.end)})
-    return {"index": revision.index, **bounds, "elements": [list(run) for run in revision.runs],
-            "count": revision.count, "revision_id": revision.uuid, "committed": format_micros(revision.commit)}
-
-
-# -- configuration and description -----------------------------------------------------------
-
-LDES_SETTINGS = ("ldes-page", "ldes-source", "ldes-timestamp-path", "ldes-poll")
-SETTINGS = ("timestamp-predicate", "lateness", "retention", "alias", "write-token", "mqtt-topic", "mqtt-format",
-            "timestamp-path", "graph-template", "dead-letter", *LDES_SETTINGS)
-LISTS = ("alias", "mqtt-topic")  # settings that take several values (repeat the parameter, or a JSON list)
-
+# -- configuration ---------------------------------------------------------------------------
 
 def _put(name: str) -> Response:
     options: dict[str, object] = {}
@@ -238,130 +225,8 @@ def _put(name: str) -> Response:
     for key in SETTINGS:
         if key in request.args:
             options[key] = request.args.getlist(key) if key in LISTS else request.args[key]
-    unknown = set(options) - set(SETTINGS)
-    if unknown:
-        raise BadRequest(f"unknown stream setting(s) {sorted(unknown)}: use {', '.join(SETTINGS)}")
-    config = StreamConfig(name)
-    existing = _catalog().find(name)
-    if "write-token" in options:  # kept as a hash; an empty value removes it
-        config.write_token_sha256 = token_hash(str(options["write-token"])) if options["write-token"] else None
-    elif existing is not None:
-        config.write_token_sha256 = existing.config.write_token_sha256
-    if "timestamp-predicate" in options:
-        config.timestamp_predicate = _iri(str(options["timestamp-predicate"]), "timestamp-predicate")
-    if "lateness" in options:
-        config.lateness = duration_micros(str(options["lateness"]), "lateness")
-    if "retention" in options:
-        config.retention = duration_micros(str(options["retention"]), "retention")
-    config.aliases = [_iri(a, "alias") for a in _values(options, "alias")]
-    _mqtt_settings(config, options)
-    _ldes_settings(config, options)
-    _, created = _catalog().put(config)
+    _, created = _catalog().put(stream_config(name, options, _catalog().find(name)))
     return empty_response(201 if created else 204, {"Location": request.base_url})
-
-
-def _values(options: dict[str, object], key: str) -> list[str]:
-    given = options.get(key, [])
-    return [str(v) for v in (given if isinstance(given, list) else [given])]
-
-
-def _mqtt_settings(config: StreamConfig, options: dict[str, object]) -> None:
-    """The settings of a stream fed from MQTT (docs/connectors.md), checked before anything is changed."""
-    config.mqtt_topics = [mqtt_topic_filter(t, "mqtt-topic") for t in _values(options, "mqtt-topic")]
-    if config.mqtt_topics and services().connectors.broker is None:
-        raise HttpProblem("mqtt-topic: this server has no MQTT broker: start it with serve --mqtt mqtt://HOST:PORT",
-                          409)
-    if "mqtt-format" in options:
-        config.mqtt_format = str(options["mqtt-format"]).strip().lower()
-        if config.mqtt_format not in MESSAGE_FORMATS:
-            raise BadRequest(f"mqtt-format={config.mqtt_format!r}: use one of {', '.join(MESSAGE_FORMATS)}")
-    if "timestamp-path" in options:
-        config.timestamp_path = _iri(str(options["timestamp-path"]), "timestamp-path")
-    if "graph-template" in options:
-        template = str(options["graph-template"])
-        sample = template.replace("{topic}", "t").replace("{uuid}", str(uuid.uuid4())).replace("{digest}", "d")
-        _iri(sample, "graph-template")
-        if "{uuid}" not in template and "{digest}" not in template:
-            raise BadRequest(f"graph-template={template!r}: put {{uuid}} (a fresh UUID per message) or {{digest}} (a "
-                             "UUID of the topic and payload) in it: each element needs its own graph name")
-        config.graph_template = template
-    if "dead-letter" in options:
-        config.dead_letter = check_stream_name(str(options["dead-letter"]))
-        if config.dead_letter == config.name:
-            raise BadRequest("dead-letter: a stream cannot be its own dead-letter stream")
-
-
-def _ldes_settings(config: StreamConfig, options: dict[str, object]) -> None:
-    """The LDES settings: the page duration of the stream's own LDES; the LDES it follows, if any (a host the
-    operator allows, as for SERVICE: --service-allow), its members' timestamp path, the time between polls."""
-    if "ldes-page" in options:
-        config.ldes_page = duration_micros(str(options["ldes-page"]), "ldes-page")
-        if config.ldes_page < 1_000_000:
-            raise BadRequest(f"ldes-page={options['ldes-page']!r}: an LDES page spans at least a second (PT1S)")
-    source = options.get("ldes-source")
-    if source:
-        config.ldes_source = str(source)
-        parts = urlsplit(config.ldes_source)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise BadRequest(f"ldes-source={config.ldes_source!r} is not an http(s) URL of an LDES (its view, or "
-                             "its event stream)")
-        allowed = current_app.config["CONCENTRATOR"].service_allow
-        if not host_allowed(config.ldes_source, None if allowed is None else frozenset(allowed)):
-            raise Forbidden(f"ldes-source={config.ldes_source!r}: {parts.netloc} is not on this server's allowlist "
-                            f"({', '.join(sorted(allowed)) or 'empty'}); the operator adds hosts with --service-allow")
-    elif any(key in options for key in ("ldes-timestamp-path", "ldes-poll")):
-        raise BadRequest("ldes-timestamp-path and ldes-poll apply to a stream that follows an LDES: give ldes-source")
-    if "ldes-timestamp-path" in options:
-        config.ldes_timestamp_path = _iri(str(options["ldes-timestamp-path"]), "ldes-timestamp-path")
-    if "ldes-poll" in options:
-        config.ldes_poll = duration_micros(str(options["ldes-poll"]), "ldes-poll") / 1_000_000
-        if not 0.1 <= config.ldes_poll <= 86_400:
-            raise BadRequest(f"ldes-poll={options['ldes-poll']!r}: poll between every 0.1 s (PT0.1S) and once a day")
-
-
-def _describe(stream: Stream) -> dict[str, object]:
-    head = stream.head()
-    record = stream.record(head) if len(stream) else None
-    config = stream.config
-    return {
-        "name": config.name,
-        "iri": request.host_url.rstrip("/") + "/streams/" + config.name,
-        "timestamp_predicate": config.timestamp_predicate,
-        "lateness_us": config.lateness,
-        "retention_us": config.retention,
-        "aliases": config.aliases,
-        "write_token": config.write_token_sha256 is not None,
-        "mqtt": None if not config.mqtt_topics else {
-            "topics": config.mqtt_topics, "format": config.mqtt_format, "timestamp_path": config.timestamp_path,
-            "graph_template": config.graph_template, "dead_letter": config.dead_letter_stream,
-        },
-        "ldes": {"view": request.host_url.rstrip("/") + "/streams/" + config.name + "/ldes",
-                 "page_us": config.ldes_page, "source": config.ldes_source,
-                 "timestamp_path": config.ldes_timestamp_path, "poll_seconds": config.ldes_poll},
-        "elements": len(stream),
-        "first_ordinal": stream.first_ordinal if len(stream) else None,
-        "head": None if record is None else {
-            "ordinal": record.ordinal, "time": format_micros(record.time), "graph": record.graph,
-            "revision_id": str(stream.uuid_of(record.ordinal)), "committed": format_micros(record.commit),
-        },
-        "stream_time": None if stream.stream_time is None else format_micros(stream.stream_time),
-        "punctuations": stream.punctuations,
-        "rate_per_second": stream.rate(60_000_000),
-        # the rate over the last minutes (the console draws it): elements/s per period, oldest first
-        "rate_history": {"period_seconds": RATE_PERIOD_SECONDS,
-                         "per_second": stream.rate_history(RATE_PERIOD_SECONDS * 1_000_000, RATE_PERIODS)},
-        "sequences": [_describe_sequence(stream, s.id) for s in stream.windows.sequences()],
-    }
-
-
-def _describe_sequence(stream: Stream, ident: str) -> dict[str, object]:
-    sequence = stream.windows.sequence(ident)
-    latest = stream.windows.latest(ident)
-    assert sequence is not None
-    return {
-        "id": ident, "ref": sequence.ref, "windows_emitted": stream.windows.emitted(ident),
-        "latest": None if latest is None else _describe_revision(sequence.spec.kind, latest),
-    }
 
 
 def _service_description() -> Response:
@@ -388,7 +253,7 @@ def _upload(stream: Stream) -> Response:
     rdf_format = BODY_FORMATS[mimetype]
     reader = available_reader(request.environ)
     if rdf_format in (RdfFormat.TURTLE, RdfFormat.N_TRIPLES):
-        graph = _iri(request.args["graph"], "graph") if "graph" in request.args else f"urn:uuid:{uuid.uuid4()}"
+        graph = iri_parameter(request.args["graph"], "graph") if "graph" in request.args else f"urn:uuid:{uuid.uuid4()}"
         time = _instant(request.args["timestamp"], "timestamp") if "timestamp" in request.args else None
         element = single_element(reader, rdf_format, NamedNode(graph), time, base_iri=request.base_url)
         if time is not None:  # the literal as the client wrote it (its offset kept); a '+' sent raw became a space
@@ -494,10 +359,6 @@ def _dataset_response(stream: Stream, selected: SelectedWindow, more: dict[str, 
 
 
 # -- small parsers -----------------------------------------------------------------------------
-
-def _iri(text: str, parameter: str) -> str:
-    return named_node(text, parameter).value
-
 
 def _instant(text: str, parameter: str) -> int:
     """An xsd:dateTime parameter (``punctuation=``, ``timestamp=``) in µs; errors name the parameter."""

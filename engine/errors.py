@@ -20,3 +20,9 @@ class ServiceNotAllowed(EngineError):
     """A SERVICE to a host that is not on the server's allowlist."""
 
     status_hint = 403
+
+
+class EventSourceInvalid(EngineError):
+    """An EVENT that reads no stream of this server (or none at all where no stream is being queried)."""
+
+    status_hint = 400

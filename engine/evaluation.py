@@ -44,7 +44,8 @@ from pyoxigraph import (
 )
 
 from engine.cache import StaticResults, is_static
-from engine.errors import ServiceNotAllowed, WindowNotComplete
+from engine.errors import EventSourceInvalid, ServiceNotAllowed, WindowNotComplete
+from engine.events import checked_events, substitute_matches
 from engine.results import (
     ConstructedQuads,
     ConstructedTriples,
@@ -170,7 +171,11 @@ class ExtendedEvaluator:
 
     def query(self, text: str, target: QueryTarget) -> Result:
         """Evaluate an extended query: de-skolemized QuerySolutions, a QueryBoolean, a list of Triples
-        (CONSTRUCT / DESCRIBE), or a list of Quads (CONSTRUCT with a quad template)."""
+        (CONSTRUCT / DESCRIBE), or a list of Quads (CONSTRUCT with a quad template). ``MATCH`` clauses (event
+        patterns, docs/events.md) are replaced by their matches first."""
+        events = checked_events(text, target.base_iri)
+        if events.clauses:
+            text = substitute_matches(events, target.base_iri, lambda iri: self._event_stream(iri, target))
         extended = checked_query(text, target.base_iri)
         target = self._pinned(target)
         sparql = self._spliced(extended, target)
@@ -310,6 +315,20 @@ class ExtendedEvaluator:
             return None
         ref = parse_window_ref(windows)
         return (stream, str(ref)) if ref.repeating else None
+
+    def _event_stream(self, iri: str | None, target: QueryTarget) -> Stream:
+        """The stream an EVENT of a query reads: its IRI's, or the stream being queried when it names none."""
+        if iri is None:
+            if target.stream is None:
+                raise EventSourceInvalid("an EVENT without a stream IRI reads the stream being queried: query a "
+                                         "stream (/streams/NAME), or name it: EVENT <streams/NAME?WINDOWS=…> { … }")
+            return target.stream
+        name, _ = self.local_stream(iri)
+        stream = self.catalog.find(name) if name is not None and self.catalog is not None else None
+        if stream is None:
+            raise EventSourceInvalid(f"EVENT <{iri}> is not a stream of this server (BASE/streams/NAME or a stream "
+                                     "alias)")
+        return stream
 
     def local_stream(self, iri: str) -> tuple[str | None, str]:
         """The name of the stream of this server ``iri`` addresses (None if none) and the IRI's query string."""

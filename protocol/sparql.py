@@ -27,7 +27,7 @@ from protocol.negotiation import (
 from protocol.parameters import reads
 from protocol.responses import empty_response, revision_headers, spooled_response
 from protocol.services import services
-from sparql_ext import QuerySyntaxError, parse_extended
+from sparql_ext import QuerySyntaxError, parse_events, parse_extended
 from sparql_ext.lexer import check_raw_nesting
 from store import RevisionedDataset
 from store.terms import named_node
@@ -139,10 +139,13 @@ _EXTENSION_WORDS = re.compile(r"\b(REVISION|WINDOWS|THEN)\b", re.IGNORECASE)
 
 
 def is_extended(text: str, base_iri: str | None) -> bool:
-    """Whether a query needs the extended evaluator: REVISION, WINDOWS, SERVICE, THEN() or a quad template.
+    """Whether a query needs the extended evaluator: REVISION, WINDOWS, SERVICE, THEN(), a quad template or MATCH
+    (event patterns).
 
     Text the extended parser cannot read goes to pyoxigraph (whose message is then the one reported),
     unless it mentions an extension keyword: then the extended parser's error is the useful one."""
+    if parse_events(text, base_iri).clauses:  # a syntax error in an event pattern is the useful one
+        return True
     try:
         extended = parse_extended(text, base_iri)  # refuses text nested deeper than pyoxigraph's stack allows
     except QuerySyntaxError:

@@ -31,18 +31,18 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyoxigraph import BlankNode, DefaultGraph, Literal, NamedNode, Quad, RdfFormat, Store, Variable, parse
+from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad, RdfFormat, parse
 
 from engine.evaluation import QueryTarget
+from engine.events import element_solutions, filter_function
 from engine.results import ConstructedQuads, ConstructedTriples
 from rules.errors import RuleRejected
 from rules.event_spec import event_rule_spec
 from rules.model import Rule
-from sparql_ext import Event, EventFilter, EventMatcher, Match
+from sparql_ext import Event, EventMatcher, Match
 from sparql_ext.events import EventOrderError, EventStateError
 from sparql_ext.windowing import ListIndex, format_micros
 from store.durable import now_micros, write_json
@@ -61,17 +61,6 @@ STATE_FORMAT = "event-rule/1"
 BATCH = 1_000  # elements matched between two commits of outputs (and state saves)
 STATE_SAVE_SECONDS = 1.0  # a saved state at most this old: a crash replays at most this much (exactly once anyway)
 LOG_KEEP = 20
-
-
-def _filter_function(base: str) -> Callable[[EventFilter, Mapping[str, Any], int, int], bool]:
-    """The matcher's FILTER evaluation: the filter's query on an empty store, the event's bindings substituted."""
-    empty = Store()
-
-    def holds(event_filter: EventFilter, bindings: Mapping[str, Any], start: int, end: int) -> bool:
-        substitutions = {Variable(name): bindings[name] for name in event_filter.variables if name in bindings}
-        solutions = empty.query(event_filter.query(start, end), substitutions=substitutions, base_iri=base)
-        return any(True for _ in solutions)  # type: ignore[union-attr]
-    return holds
 
 
 def _encode(term: Any) -> str:
@@ -106,7 +95,7 @@ class EventRuleWorker:
         self._events_of: dict[str, list[Event]] = {iri: [] for iri in spec.streams}
         for event in spec.clause.events:
             self._events_of[event.window.stream].append(event)  # type: ignore[index]
-        self._filter = _filter_function(rule.base)
+        self._filter = filter_function(rule.base)
         self._busy = threading.Lock()  # one batch at a time (the worker's, or a final save)
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -273,20 +262,7 @@ class EventRuleWorker:
 
     def _solutions(self, stream: Stream, ordinal: int, at: int, iri: str) -> dict[int, list[dict[str, Any]]]:
         """The solutions of each EVENT over ``iri`` on the element: its P over the element's graph (RSEP-QL Eq. 4)."""
-        events = self._events_of[iri]
-        store = Store()
-        store.load(stream.contents([ordinal]), RdfFormat.TRIG, lenient=True)  # the log's content is pyoxigraph's own
-        graphs: list[NamedNode | BlankNode | DefaultGraph] = list(store.named_graphs())
-        solutions: dict[int, list[dict[str, Any]]] = {}
-        for event in events:
-            if not graphs:
-                solutions[event.ident] = []
-                continue
-            result = store.query(event.query_at(at), default_graph=graphs, base_iri=self.base)
-            variables = result.variables  # type: ignore[union-attr]
-            solutions[event.ident] = [{v.value: row[v] for v in variables if row[v] is not None}
-                                      for row in result]  # type: ignore[union-attr]
-        return solutions
+        return element_solutions(stream, ordinal, at, self._events_of[iri], self.base)
 
     def _outputs(self, rule: Rule, match: Match, origin: str) -> list[ParsedElement]:
         """The output elements of one match: what the rule constructs for its bindings, with the derived event's

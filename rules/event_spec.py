@@ -4,18 +4,17 @@ registry calls :func:`event_rule_spec` for every rule; ``rules.event_rules`` run
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from engine.evaluation import ExtendedEvaluator
+from engine.events import checked_events
 from engine.results import values_table
-from engine.syntax import _check_syntax, checked_query
+from engine.syntax import checked_query
 from rules.errors import RuleRejected
-from sparql_ext import EventQuery, MatchClause, parse_events
+from sparql_ext import EventQuery, MatchClause
 from sparql_ext.errors import QuerySyntaxError, SparqlExtError
-from sparql_ext.events import filters_of
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ def event_rule_spec(text: str, base: str, evaluator: ExtendedEvaluator) -> Event
     """The event rule ``text`` is, None when it has no MATCH clause; ``RuleRejected`` (400) naming the problem, at
     the line and column of ``text`` for syntax errors, when it cannot be one."""
     try:
-        query = parse_events(text, base)
+        query = checked_events(text, base)
     except SparqlExtError as error:
         raise RuleRejected(f"rule is not valid extended SPARQL: {error}") from None
     if not query.clauses:
@@ -47,18 +46,7 @@ def event_rule_spec(text: str, base: str, evaluator: ExtendedEvaluator) -> Event
                                   query.clauses[1].source_span[0])
         raise RuleRejected(f"rule is not valid extended SPARQL: {second}")
     clause = query.clauses[0]
-    try:
-        for event in clause.events:
-            _check_syntax(event.query_at(0), text, _mapper(text, event.query_at(0), event.group, event.span[0]))
-        for event_filter in filters_of(clause.pattern):
-            checked = event_filter.query(0, 0)
-            _check_syntax(checked, text, _mapper(text, checked, event_filter.expression, event_filter.span[0]))
-        try:
-            extended = checked_query(query.sparql, base)
-        except QuerySyntaxError as error:
-            raise query.syntax_error(_detail(error), error.offset) from None
-    except SparqlExtError as error:
-        raise RuleRejected(f"rule is not valid extended SPARQL: {error}") from None
+    extended = checked_query(query.sparql, base)  # checked by checked_events: cached
     if extended.template is None and "CONSTRUCT" not in query.sparql.upper():  # as analyse_rule judges it
         raise RuleRejected("a rule must be a CONSTRUCT query")
     for part in extended.parts:
@@ -82,16 +70,3 @@ def event_rule_spec(text: str, base: str, evaluator: ExtendedEvaluator) -> Event
                                "(PUT /streams/NAME)")
         streams[iri] = name
     return EventRuleSpec(query, clause, streams)
-
-
-def _detail(error: QuerySyntaxError) -> str:
-    return re.sub(r"^Syntax error at line \d+ column \d+: ", "", error.message)
-
-
-def _mapper(text: str, checked: str, piece: str, near: int) -> Callable[[int], int]:
-    """Offsets in ``checked`` (a query made around ``piece`` of the user's text) -> offsets in ``text``."""
-    in_checked = checked.find(piece)
-    in_text = text.find(piece, near)
-    if in_checked < 0 or in_text < 0:  # the interval functions were substituted: the piece's start is near enough
-        return lambda offset: near
-    return lambda offset: in_text + min(max(offset - in_checked, 0), len(piece))

@@ -162,6 +162,10 @@ class EventMatcher:
         self._evict()
         return [Match(dict(key[3]), key[0], key[1], tuple(ElementRef(s, o) for s, o in key[2])) for key in new]
 
+    def runs(self) -> dict[str, tuple[int, int] | None]:
+        """Each window's run at the last evaluation: (first, last) element ordinal, None when empty."""
+        return dict(self._runs)
+
     # --- consumption and eviction --------------------------------------------------------------------------------
 
     def _consume(self, results: Iterable[EventMapping]) -> None:

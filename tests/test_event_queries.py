@@ -27,7 +27,8 @@ def upload(client: FlaskClient, upto: int = 10) -> None:
     assert client.put("/streams/s").status_code == 201
     body = "".join(f'<http://ex/{name}> <{PROV}generatedAtTime> "1970-01-01T00:00:{at:02d}Z"'
                    f"^^<http://www.w3.org/2001/XMLSchema#dateTime> .\n"
-                   f"<http://ex/{name}> {{ {' . '.join(triples)} . }}\n" for name, at, triples in SEED_001 if at <= upto)
+                   f"<http://ex/{name}> {{ {' . '.join(triples)} . }}\n"
+                   for name, at, triples in SEED_001 if at <= upto)
     answer = client.post("/streams/s", data=body, headers={"Content-Type": "application/trig"})
     assert answer.status_code == 200, answer.text
 

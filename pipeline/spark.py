@@ -12,6 +12,7 @@ import hashlib
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -170,10 +171,24 @@ def _settle(dump: Path, archive: Path) -> None:
             return
     except PermissionError:
         return
-    if archive.exists() or dump.stat().st_size == 0:
+    if archive.exists() or dump.stat().st_size == 0 or not _maps_safely(dump):
         dump.unlink(missing_ok=True)
     else:
         os.replace(dump, archive)
+
+
+def _maps_safely(dump: Path) -> bool:
+    """Whether a JVM starts with ``dump`` mapped: a dump cut short (its JVM killed while writing it) makes the JVM
+    crash as it maps it (SIGBUS), where a complete one that does not fit is merely ignored."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home, "bin", "java")) if java_home else (shutil.which("java") or "java")
+    try:
+        done = subprocess.run([java, f"-XX:SharedArchiveFile={dump}", "-Xshare:auto", "-Xlog:cds*=off",
+                               "-Xlog:cds+dynamic*=off", "-XX:-CreateCoredumpOnCrash", "-XX:ErrorFile=/dev/null",
+                               "-version"], capture_output=True, timeout=60, check=False, cwd=tempfile.gettempdir())
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 #: What executors import: the element log reader and rule evaluation, and what those import.

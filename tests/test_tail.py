@@ -103,11 +103,18 @@ def wait_registered(server: RunningServer, count: int) -> None:
 WAITING = "concentrator tail: waiting for the first window of R/HEAD/PT01M (Ctrl-C stops)"
 
 
+def _interruptible() -> None:
+    """In the child: Ctrl-C as at a terminal. A test run started in the background by a shell without job control
+    inherits SIGINT ignored, and Python then leaves it ignored (a background command is not stopped by Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_waiting_is_said_on_a_terminal(server: RunningServer) -> None:
     wait_registered(server, 0)  # an earlier test's tail is gone
     main, terminal = pty.openpty()
     process = subprocess.Popen([sys.executable, "-m", "concentrator", "tail", f"{server.url}/streams/hr",
-                                "R/HEAD/PT01M"], cwd=REPO, stdout=subprocess.PIPE, stderr=terminal)
+                                "R/HEAD/PT01M"], cwd=REPO, stdout=subprocess.PIPE, stderr=terminal,
+                               preexec_fn=_interruptible)
     os.close(terminal)
     try:
         wait_registered(server, 1)
@@ -126,7 +133,8 @@ def test_waiting_is_said_on_a_terminal(server: RunningServer) -> None:
 def test_waiting_is_not_said_in_a_pipe(server: RunningServer) -> None:
     wait_registered(server, 0)
     process = subprocess.Popen([sys.executable, "-m", "concentrator", "tail", f"{server.url}/streams/hr",
-                                "R/HEAD/PT01M"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                "R/HEAD/PT01M"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               preexec_fn=_interruptible)
     try:
         wait_registered(server, 1)
         process.send_signal(signal.SIGINT)

@@ -15,6 +15,8 @@ import pytest
 from flask.testing import FlaskClient
 from pyoxigraph import NamedNode, RdfFormat, parse
 
+from protocol import ServerConfig, create_app
+
 LINK_FORMAT = "application/link-format"
 GRAPH = "/store?graph=" + quote("http://ex/g", safe="")
 TTL = "text/turtle"
@@ -70,7 +72,13 @@ def objects(body: bytes) -> set[str]:
     return {t.object.value for t in parse(body, RdfFormat.TURTLE)}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> FlaskClient:
+    """One server for the module: the history below takes five seconds to write (a revision per second)."""
+    return create_app(ServerConfig(tmp_path_factory.mktemp("memento") / "data", max_body_bytes=1_000_000)).test_client()
+
+
+@pytest.fixture(scope="module")
 def history(client: FlaskClient) -> list[tuple[str, datetime, datetime]]:
     """Five revisions, each in its own second: g="one", h="x", g="two", g deleted, g="three"."""
     steps = []

@@ -21,7 +21,7 @@ from typing import Any
 from pyoxigraph import BlankNode, DefaultGraph, NamedNode, RdfFormat, Store, Variable
 
 from engine.results import values_table
-from engine.syntax import _check_syntax, checked_query
+from engine.syntax import check_syntax, checked_query
 from sparql_ext import Event, EventFilter, EventMatcher, EventQuery, Match, MatchClause, parse_events
 from sparql_ext.errors import QuerySyntaxError
 from sparql_ext.events import EventPatternError, filters_of
@@ -36,10 +36,10 @@ def checked_events(text: str, base: str | None) -> EventQuery:
     query = parse_events(text, base)
     for clause in query.clauses:
         for event in clause.events:
-            _check_syntax(event.query_at(0), text, _mapper(text, event.query_at(0), event.group, event.span[0]))
+            check_syntax(event.query_at(0), text, _mapper(text, event.query_at(0), event.group, event.span[0]))
         for event_filter in filters_of(clause.pattern):
             checked = event_filter.query(0, 0)
-            _check_syntax(checked, text, _mapper(text, checked, event_filter.expression, event_filter.span[0]))
+            check_syntax(checked, text, _mapper(text, checked, event_filter.expression, event_filter.span[0]))
     if query.clauses:
         try:
             checked_query(query.sparql, base)

@@ -27,19 +27,19 @@ def checked_query(text: str, base_iri: str | None) -> ExtendedQuery:
 
 
 def _check(extended: ExtendedQuery, user_text: str, to_user: Mapper) -> None:
-    _check_syntax(extended.sparql, user_text, lambda o: to_user(extended.original_offset(o)))
+    check_syntax(extended.sparql, user_text, lambda o: to_user(extended.original_offset(o)))
     for part in extended.parts:
         def part_to_user(offset: int, part: ExtensionPart = part) -> int:
             return to_user(part.original_offset(offset))
         if isinstance(part.inner, ExtendedQuery):
             _check(part.inner, user_text, part_to_user)
         else:
-            _check_syntax(part.inner, user_text, part_to_user)
+            check_syntax(part.inner, user_text, part_to_user)
 
 
 
 
-def _check_syntax(sparql: str, user_text: str, to_user: Mapper) -> None:
+def check_syntax(sparql: str, user_text: str, to_user: Mapper) -> None:
     """Let pyoxigraph judge ``sparql`` on an empty store; report its error at the user's line and column."""
     functions: dict[NamedNode, Any] = {NamedNode(THEN_FUNCTION): lambda: None}
     try:

@@ -14,6 +14,10 @@ A count window's "end" is its last element's timestamp.
 Output times strictly increase: a time not after the output stream's time becomes stream time + 1 µs.
 A failing firing is recorded in the rule's status (error, window) and the other rules keep running; a firing
 while another input has no complete window yet is skipped and counted as ``waiting``.
+
+The firings of one pipeline batch are settled together: their outputs are committed with one durable write per
+output stream, then their statuses and ``fired`` marks with one write (a firing is marked only after its outputs
+are durable, so a crash in between repeats it, and the repeat skips the outputs already committed).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import logging
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad
@@ -65,12 +70,16 @@ class RuleRunner:
         self._placements: dict[tuple[str, str], str] = {}  # (rule name, text) -> "executors" | "driver: why"
 
     def on_windows(self, stream: Stream, revisions: list[WindowRevision]) -> None:
+        """Fire every rule reading these window revisions, as one batch: the outputs of all its firings are committed
+        together (one durable write per output stream, not one per firing), then the firings are marked."""
         firings = [(rule, revision) for revision in revisions
                    for rule in self.registry.reading(stream.config.name, revision.sequence)
                    if revision.index > rule.fired.get(f"{stream.config.name}/{revision.sequence}", -1)]
         remote = self._evaluate_in_executors(stream, firings)
-        for position, (rule, revision) in enumerate(firings):
-            self.fire(rule, stream, revision, remote.get(position))
+        with self._lock:
+            done = [self._fire(rule, stream, revision, remote.get(position))
+                    for position, (rule, revision) in enumerate(firings)]
+            self._settle(done)
 
     def placement_for(self, rule: Rule) -> str:
         """Where ``rule`` is evaluated: "executors", or "driver: why" (decided once per rule text)."""
@@ -126,17 +135,18 @@ class RuleRunner:
         """Fire every rule on the committed windows of its inputs it has not fired on (a crash between a window's
         commit and its firing, or before the firing was recorded): exactly once, since a repeated firing skips
         the outputs its first run committed (their origins are in the output stream). Returns the firings."""
-        fired = 0
-        for rule in self.registry.rules():
-            for item in rule.inputs:
-                stream = self.registry.catalog.find(item.stream)
-                if stream is None:
-                    continue
-                after = rule.fired.get(f"{item.stream}/{item.sequence}", -1)
-                for revision in stream.windows.windows_from(item.sequence, after + 1, 0):
-                    self.fire(rule, stream, revision)
-                    fired += 1
-        return fired
+        done: list[_Firing] = []
+        with self._lock:
+            for rule in self.registry.rules():
+                for item in rule.inputs:
+                    stream = self.registry.catalog.find(item.stream)
+                    if stream is None:
+                        continue
+                    after = rule.fired.get(f"{item.stream}/{item.sequence}", -1)
+                    for revision in stream.windows.windows_from(item.sequence, after + 1, 0):
+                        done.append(self._fire(rule, stream, revision, None))
+            self._settle(done)
+        return len(done)
 
     @staticmethod
     def _mark_fired(rule: Rule, stream: Stream, revision: WindowRevision) -> None:
@@ -153,67 +163,108 @@ class RuleRunner:
         return type(result)(reporter.report(revision.end, list(result), revision.count) or [])
 
     def fire(self, rule: Rule, stream: Stream, revision: WindowRevision, evaluated: TaskResult | None = None) -> int:
-        """Evaluate ``rule`` over the window that completed (or take what an executor ``evaluated``); returns the
-        output elements appended."""
+        """Evaluate ``rule`` over the window that completed (or take what an executor ``evaluated``), commit its
+        outputs and mark the firing; returns the output elements appended."""
+        with self._lock:
+            firing = self._fire(rule, stream, revision, evaluated)
+            self._settle([firing])
+        return firing.outputs if firing.output is not None else 0
+
+    def _fire(self, rule: Rule, stream: Stream, revision: WindowRevision, evaluated: TaskResult | None) -> _Firing:
+        """Evaluate one firing and queue its outputs on the output stream (committed by ``_settle``). A firing that
+        waits for another input's window, or fails, is recorded in the rule's status here."""
         sequence = stream.windows.sequence(revision.sequence)
         kind = sequence.spec.kind if sequence is not None else "time"
         where = f"{stream.config.name} window {revision.index} ({_bound(kind, revision.start)}, " \
                 f"{_bound(kind, revision.end)})"
-        started = time.monotonic()
-        with self._lock:
+        firing = _Firing(rule, stream, revision, where, time.monotonic(), evaluated is not None)
+        try:
+            result: Any
+            if evaluated is not None:
+                result = evaluated.construction()
+            else:
+                evaluator = self._evaluator_for(rule, stream, revision)
+                result = evaluator.query(rule.text, QueryTarget(base_iri=rule.base))
+            end = _window_time(stream, kind, revision)
+            elements = _elements(self._reported(rule, stream, revision, result), end)
+            output = self.registry.catalog.get(rule.output)
+            key = f"{rule.name}/{stream.config.name}/{revision.sequence}/{revision.index}"
+            for position, element in enumerate(elements):
+                element.origin = f"{key}/{position}"
+            elements = [e for e in elements if not output.has_origin(e.origin)]  # type: ignore[arg-type]
+            for element in elements:
+                last = output.accepted_time
+                if element.time is None or (last is not None and element.time <= last):
+                    element.time = (last + 1) if last is not None else now_micros()
+                    element.stamp = None  # a moved time is written anew (UTC); an unmoved one is kept as made
+                output.accept(element, now_micros())
+        except WindowNotComplete as waiting:  # another input has no complete window yet: nothing to join
+            rule.status.waiting += 1
+            self._mark_fired(rule, stream, revision)
+            rule.status.last_window = where
+            rule.status.log = [*rule.status.log, f"{format_micros(now_micros())} {where}: not fired, {waiting}"
+                               ][-LOG_KEEP:]
+            return firing
+        except Exception as error:  # noqa: BLE001 - recorded; other rules keep running
+            self._failed(firing, error)
+            return firing
+        firing.output, firing.outputs = output, len(elements)
+        return firing
+
+    def _settle(self, firings: list[_Firing]) -> None:
+        """Commit the outputs the firings queued (one wait per output stream), then record each firing in its rule's
+        status and save the statuses in one durable write: a firing is marked only once its outputs are durable, so
+        a crash before repeats it (and the repeat skips the outputs that were committed: their origins are in the
+        output stream)."""
+        failed: dict[str, Exception] = {}
+        for stream in {id(f.output): f.output for f in firings if f.output is not None}.values():
             try:
-                result: Any
-                if evaluated is not None:
-                    result = evaluated.construction()
-                else:
-                    evaluator = self._evaluator_for(rule, stream, revision)
-                    result = evaluator.query(rule.text, QueryTarget(base_iri=rule.base))
-                end = _window_time(stream, kind, revision)
-                elements = _elements(self._reported(rule, stream, revision, result), end)
-                output = self.registry.catalog.get(rule.output)
-                key = f"{rule.name}/{stream.config.name}/{revision.sequence}/{revision.index}"
-                for position, element in enumerate(elements):
-                    element.origin = f"{key}/{position}"
-                elements = [e for e in elements if not output.has_origin(e.origin)]  # type: ignore[arg-type]
-                for element in elements:
-                    last = output.accepted_time
-                    if element.time is None or (last is not None and element.time <= last):
-                        element.time = (last + 1) if last is not None else now_micros()
-                        element.stamp = None  # a moved time is written anew (UTC); an unmoved one is kept as made
-                    output.accept(element, now_micros())
-                output.flush()
-            except WindowNotComplete as waiting:  # another input has no complete window yet: nothing to join
-                rule.status.waiting += 1
-                self._mark_fired(rule, stream, revision)
-                rule.status.last_window = where
-                rule.status.log = [*rule.status.log, f"{format_micros(now_micros())} {where}: not fired, {waiting}"
-                                   ][-LOG_KEEP:]
-                self.registry.save(rule)
-                return 0
-            except Exception as error:  # noqa: BLE001 - recorded; other rules keep running
+                stream.flush()
+            except Exception as error:  # noqa: BLE001 - the firings writing there failed; the others stand
+                failed[stream.config.name] = error
+        for firing in firings:
+            rule, output = firing.rule, firing.output
+            if output is not None and output.config.name in failed:
+                self._failed(firing, failed[output.config.name])
+            elif output is not None:
                 status = rule.status
-                status.failures += 1
-                self._mark_fired(rule, stream, revision)
-                status.last_error = f"{type(error).__name__}: {error}"
-                status.last_window = where
-                status.log = [*status.log, f"{format_micros(now_micros())} {where}: {status.last_error}"][-LOG_KEEP:]
-                log.warning("rule %s failed on %s: %s", rule.name, where, error)
-                self.registry.save(rule)
-                return 0
-        status = rule.status
-        status.firings += 1
-        if evaluated is not None:
-            status.executor_firings += 1
-        status.placement = self.placement_for(rule)
-        self._mark_fired(rule, stream, revision)
-        status.outputs += len(elements)
-        seconds = time.monotonic() - started
-        status.last_latency_ms = round(seconds * 1000, 3)
-        rule.latency.observe(seconds)
-        status.last_window = where
-        status.last_error = None
-        self.registry.save_status(rule)
-        return len(elements)
+                status.firings += 1
+                if firing.in_executor:
+                    status.executor_firings += 1
+                status.placement = self.placement_for(rule)
+                self._mark_fired(rule, firing.stream, firing.revision)
+                status.outputs += firing.outputs
+                seconds = time.monotonic() - firing.started
+                status.last_latency_ms = round(seconds * 1000, 3)
+                rule.latency.observe(seconds)
+                status.last_window = firing.where
+                status.last_error = None
+        self.registry.save_statuses(list({id(f.rule): f.rule for f in firings}.values()))  # one durable write
+
+    def _failed(self, firing: _Firing, error: Exception) -> None:
+        status = firing.rule.status
+        status.failures += 1
+        self._mark_fired(firing.rule, firing.stream, firing.revision)
+        status.last_error = f"{type(error).__name__}: {error}"
+        status.last_window = firing.where
+        status.log = [*status.log, f"{format_micros(now_micros())} {firing.where}: {status.last_error}"][-LOG_KEEP:]
+        log.warning("rule %s failed on %s: %s", firing.rule.name, firing.where, error)
+        firing.output = None
+
+
+@dataclass
+class _Firing:
+    """One firing between its evaluation and its settling: the output stream it queued elements on (None when it
+    waited or failed) and how many."""
+
+    rule: Rule
+    stream: Stream
+    revision: WindowRevision
+    where: str
+    started: float
+    in_executor: bool
+    output: Stream | None = None
+    outputs: int = 0
 
 
 def _window_time(stream: Stream, kind: str, revision: WindowRevision) -> int:

@@ -7,6 +7,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from conformance.server import RunningServer, running_server
 from protocol import ServerConfig, create_app
 from store import RevisionedDataset
 
@@ -28,3 +29,13 @@ def app(tmp_path: Path) -> Flask:
 @pytest.fixture
 def client(app: Flask) -> FlaskClient:
     return app.test_client()
+
+
+@pytest.fixture(scope="session")
+def spark_server() -> Iterator[RunningServer]:
+    """One server with the Spark pipeline per test worker, shared by the tests that need only that: starting Spark
+    costs ≈ 20 CPU-seconds, most of what such a test takes. Its users name their streams, rules and outputs after
+    themselves (no two tests share a name) and leave no continuous response open. ``127.0.0.1:9`` (where nothing
+    listens) is an allowed SERVICE host, for rules that must fail at run time."""
+    with running_server(["--service-allow", "127.0.0.1:9"]) as server:
+        yield server

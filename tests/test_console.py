@@ -283,72 +283,72 @@ WHERE {
 
 
 @pytest.mark.jvm
-def test_a_window_and_a_rule_output_appear_live(page: Any, tmp_path: Path) -> None:
+def test_a_window_and_a_rule_output_appear_live(page: Any, tmp_path: Path, spark_server: RunningServer) -> None:
     from playwright.sync_api import expect
 
-    with running_server() as spark:
-        assert requests.put(f"{spark.url}/streams/beat", timeout=10).status_code == 201
-        page.goto(spark.url + "/console#rules")
-        page.locator("#rule-name").fill("average")
-        page.get_by_label("Output stream").fill("averages")
-        page.get_by_label("CONSTRUCT query over windowed IRIs").fill(RULE)
-        page.get_by_role("button", name="Register rule").click()
-        expect(page.locator("#rules-message")).to_have_text("Rule average registered.")
-        rule = page.locator('#rules-table tr[data-rule="average"]')
-        expect(rule.locator("td").nth(2)).to_have_text("0")  # firings
+    spark = spark_server  # the shared server of this test worker (tests/conftest.py)
+    assert requests.put(f"{spark.url}/streams/beat", timeout=10).status_code == 201
+    page.goto(spark.url + "/console#rules")
+    page.locator("#rule-name").fill("average")
+    page.get_by_label("Output stream").fill("averages")
+    page.get_by_label("CONSTRUCT query over windowed IRIs").fill(RULE)
+    page.get_by_role("button", name="Register rule").click()
+    expect(page.locator("#rules-message")).to_have_text("Rule average registered.")
+    rule = page.locator('#rules-table tr[data-rule="average"]')
+    expect(rule.locator("td").nth(2)).to_have_text("0")  # firings
 
-        page.get_by_role("link", name="Live outputs").click()
-        live = page.locator("#subscribe")
-        live.get_by_label("Stream").select_option("beat")
-        live.get_by_label("Windows").fill("R/HEAD/PT01M")
-        live.get_by_label("Query on each window (optional)").fill(
-            "SELECT (COUNT(?v) AS ?readings) (MAX(?v) AS ?highest) WHERE { GRAPH ?g { ?o <http://ex/hr> ?v } }")
-        live.get_by_role("button", name="Follow").click()
-        live.get_by_label("Stream").select_option("averages")
-        live.get_by_label("Windows").fill("R/HEAD/HEAD/1")  # every output element as it comes
-        live.get_by_label("Query on each window (optional)").fill("")
-        live.get_by_role("button", name="Follow").click()
-        beat = page.locator("article.subscription", has_text="beat")
-        averages = page.locator("article.subscription", has_text="averages")
-        expect(beat.locator("p.message")).to_contain_text("Waiting for the next window", timeout=30_000)
-        expect(averages.locator("p.message")).to_contain_text("Waiting for the next window", timeout=30_000)
+    page.get_by_role("link", name="Live outputs").click()
+    live = page.locator("#subscribe")
+    live.get_by_label("Stream").select_option("beat")
+    live.get_by_label("Windows").fill("R/HEAD/PT01M")
+    live.get_by_label("Query on each window (optional)").fill(
+        "SELECT (COUNT(?v) AS ?readings) (MAX(?v) AS ?highest) WHERE { GRAPH ?g { ?o <http://ex/hr> ?v } }")
+    live.get_by_role("button", name="Follow").click()
+    live.get_by_label("Stream").select_option("averages")
+    live.get_by_label("Windows").fill("R/HEAD/HEAD/1")  # every output element as it comes
+    live.get_by_label("Query on each window (optional)").fill("")
+    live.get_by_role("button", name="Follow").click()
+    beat = page.locator("article.subscription", has_text="beat")
+    averages = page.locator("article.subscription", has_text="averages")
+    expect(beat.locator("p.message")).to_contain_text("Waiting for the next window", timeout=30_000)
+    expect(averages.locator("p.message")).to_contain_text("Waiting for the next window", timeout=30_000)
 
-        # upload from the console: [10:00, 10:01) holds 70 and 80 and completes with the reading at 10:01:10
-        page.get_by_role("link", name="Streams").click()
-        page.locator("#upload-stream").select_option("beat")
-        page.get_by_label("Elements", exact=True).fill(reading("b1", 0, 0, 70) + reading("b2", 0, 30, 80)
-                                           + reading("b3", 1, 10, 90))
-        page.get_by_role("button", name="Upload").click()
-        expect(page.locator("#streams-message")).to_contain_text("3 element(s) committed to beat")
+    # upload from the console: [10:00, 10:01) holds 70 and 80 and completes with the reading at 10:01:10
+    page.get_by_role("link", name="Streams").click()
+    page.locator("#upload-stream").select_option("beat")
+    page.get_by_label("Elements", exact=True).fill(reading("b1", 0, 0, 70) + reading("b2", 0, 30, 80)
+                                       + reading("b3", 1, 10, 90))
+    page.get_by_role("button", name="Upload").click()
+    expect(page.locator("#streams-message")).to_contain_text("3 element(s) committed to beat")
 
-        page.get_by_role("link", name="Live outputs").click()
-        window = beat.locator('li[data-window="0"]')
-        expect(window).to_be_visible(timeout=120_000)  # Spark starts in the background, then assigns the window
-        expect(window.locator("thead th")).to_have_text(["?readings", "?highest"])
-        expect(window.locator("tbody td")).to_have_text([
-            "2 ^^<http://www.w3.org/2001/XMLSchema#integer>", "80 ^^<http://www.w3.org/2001/XMLSchema#integer>"])
-        # the rule fired on that window: its output element (the average of 70 and 80) arrives as a window of its own
-        output = averages.locator('li[data-window="0"]')
-        expect(output).to_be_visible(timeout=60_000)
-        expect(output.locator("pre.document")).to_contain_text(
-            '<http://ex/avg> "75"^^<http://www.w3.org/2001/XMLSchema#decimal>')
-        screenshot(page, "live", tmp_path)
+    page.get_by_role("link", name="Live outputs").click()
+    window = beat.locator('li[data-window="0"]')
+    expect(window).to_be_visible(timeout=120_000)  # Spark starts in the background, then assigns the window
+    expect(window.locator("thead th")).to_have_text(["?readings", "?highest"])
+    expect(window.locator("tbody td")).to_have_text([
+        "2 ^^<http://www.w3.org/2001/XMLSchema#integer>", "80 ^^<http://www.w3.org/2001/XMLSchema#integer>"])
+    # the rule fired on that window: its output element (the average of 70 and 80) arrives as a window of its own
+    output = averages.locator('li[data-window="0"]')
+    expect(output).to_be_visible(timeout=60_000)
+    expect(output.locator("pre.document")).to_contain_text(
+        '<http://ex/avg> "75"^^<http://www.w3.org/2001/XMLSchema#decimal>')
+    screenshot(page, "live", tmp_path)
 
-        page.get_by_role("link", name="Rules").click()
-        expect(rule.locator("td").nth(2)).to_have_text("1", timeout=10_000)  # firings
-        expect(rule.locator("td").nth(3)).to_have_text("1")  # outputs
-        expect(rule.locator("td").nth(4)).to_contain_text(" ms")  # last latency
-        expect(rule.locator("td").nth(5)).to_have_text("0")  # failures
-        expect(rule.locator("td").nth(6)).to_contain_text("none (last window: beat window 0")
-        screenshot(page, "rules", tmp_path)
+    page.get_by_role("link", name="Rules").click()
+    expect(rule.locator("td").nth(2)).to_have_text("1", timeout=10_000)  # firings
+    expect(rule.locator("td").nth(3)).to_have_text("1")  # outputs
+    expect(rule.locator("td").nth(4)).to_contain_text(" ms")  # last latency
+    expect(rule.locator("td").nth(5)).to_have_text("0")  # failures
+    expect(rule.locator("td").nth(6)).to_contain_text("none (last window: beat window 0")
+    screenshot(page, "rules", tmp_path)
 
-        # the streams view: beat's sequence and its latest window, [10:00, 10:01) with b1 and b2
-        page.get_by_role("link", name="Streams").click()
-        beat_row = page.locator('#streams-table tr[data-stream="beat"]')
-        expect(beat_row.locator("td").nth(0)).to_have_text("3")
-        expect(beat_row.locator("td").nth(3)).to_have_text("R/HEAD/PT1M · 1 window")
-        expect(beat_row.locator("td").nth(4)).to_have_text(
-            "window 0 [2016-06-20T10:00:00Z, 2016-06-20T10:01:00Z) · 2 elements")
-        averages_row = page.locator('#streams-table tr[data-stream="averages"]')
-        expect(averages_row.locator("td").nth(4)).to_have_text("window 0 element 1 · 1 element")  # a count window
-        screenshot(page, "streams-windows", tmp_path)
+    # the streams view: beat's sequence and its latest window, [10:00, 10:01) with b1 and b2
+    page.get_by_role("link", name="Streams").click()
+    beat_row = page.locator('#streams-table tr[data-stream="beat"]')
+    expect(beat_row.locator("td").nth(0)).to_have_text("3")
+    expect(beat_row.locator("td").nth(3)).to_have_text("R/HEAD/PT1M · 1 window")
+    expect(beat_row.locator("td").nth(4)).to_have_text(
+        "window 0 [2016-06-20T10:00:00Z, 2016-06-20T10:01:00Z) · 2 elements")
+    averages_row = page.locator('#streams-table tr[data-stream="averages"]')
+    expect(averages_row.locator("td").nth(4)).to_have_text("window 0 element 1 · 1 element")  # a count window
+    screenshot(page, "streams-windows", tmp_path)

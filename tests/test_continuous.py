@@ -8,13 +8,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import requests
 
-from conformance.server import REPO_ROOT, RunningServer, running_server, stalled_connections
+from conformance.server import REPO_ROOT, RunningServer, stalled_connections
 
 pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
 
@@ -31,9 +30,8 @@ def element(name: str, seconds: float) -> str:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[RunningServer]:
-    with running_server() as running:
-        yield running
+def server(spark_server: RunningServer) -> RunningServer:
+    return spark_server
 
 
 def registrations(server: RunningServer) -> list[dict[str, Any]]:

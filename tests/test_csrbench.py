@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from conformance.clients import solutions_from_json
-from conformance.server import REPO_ROOT, RunningServer, running_server
+from conformance.server import REPO_ROOT, RunningServer
 
 pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
 
@@ -24,22 +24,23 @@ END_OF_STREAM = "1970-01-01T00:00:40Z"  # punctuation: closes q1's last window [
 
 
 @pytest.fixture(scope="module")
-def replayed() -> Iterator[tuple[RunningServer, str]]:
-    with running_server() as server:
-        url = server.url + "/streams/csrbench"
-        assert requests.put(url).status_code == 201
-        for number in sorted(EXPECTED["queries"]):  # register the sequences before the replay
-            r = requests.get(url, params={"WINDOWS": EXPECTED["queries"][number]["window_ref"], "timeout": "0",
-                                         "answer": "latest"},
-                             headers={"Accept": "application/n-quads"})
-            assert r.status_code == 503, r.text  # registered; no window complete yet
-        for path in sorted(DATA.glob("data_*.ttl")):
-            second = int(path.stem.split("_")[1])
-            r = requests.post(url, data=path.read_bytes(), headers={"Content-Type": "text/turtle"}, params={
-                "graph": f"http://csrbench/element/{second:02d}", "timestamp": f"1970-01-01T00:00:{second:02d}Z"})
-            assert r.status_code == 200, r.text
-        assert requests.post(url, params={"punctuation": END_OF_STREAM}).status_code == 200
-        yield server, url
+def replayed(spark_server: RunningServer) -> Iterator[tuple[RunningServer, str]]:
+    """The CSRBench stream replayed on the shared server of this test worker (tests/conftest.py)."""
+    server = spark_server
+    url = server.url + "/streams/csrbench"
+    assert requests.put(url).status_code == 201
+    for number in sorted(EXPECTED["queries"]):  # register the sequences before the replay
+        r = requests.get(url, params={"WINDOWS": EXPECTED["queries"][number]["window_ref"], "timeout": "0",
+                                     "answer": "latest"},
+                         headers={"Accept": "application/n-quads"})
+        assert r.status_code == 503, r.text  # registered; no window complete yet
+    for path in sorted(DATA.glob("data_*.ttl")):
+        second = int(path.stem.split("_")[1])
+        r = requests.post(url, data=path.read_bytes(), headers={"Content-Type": "text/turtle"}, params={
+            "graph": f"http://csrbench/element/{second:02d}", "timestamp": f"1970-01-01T00:00:{second:02d}Z"})
+        assert r.status_code == 200, r.text
+    assert requests.post(url, params={"punctuation": END_OF_STREAM}).status_code == 200
+    yield server, url
 
 
 def _windows(url: str, ref: str, count: int, timeout: float = 120) -> list[dict]:  # type: ignore[type-arg]

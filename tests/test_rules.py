@@ -11,7 +11,7 @@ import requests
 from flask.testing import FlaskClient
 from pyoxigraph import RdfFormat
 
-from conformance.server import running_server
+from conformance.server import RunningServer, running_server
 from engine.evaluation import ExtendedEvaluator
 from rules.errors import RuleCycle, RuleRejected
 from rules.registry import RuleRegistry, rule_file
@@ -195,65 +195,66 @@ def _trig(minute: str, value: int) -> str:
 
 
 @pytest.mark.jvm
-def test_end_to_end_alert() -> None:
+def test_end_to_end_alert(spark_server: RunningServer) -> None:
     # 127.0.0.1:9 is allowed so that the broken rule below registers and fails at run time (nothing listens there)
-    with running_server(["--service-allow", "127.0.0.1:9"]) as server:
-        base = server.url
-        trig = {"Content-Type": "application/trig"}
-        assert requests.put(f"{base}/streams/hr", timeout=10).ok
-        response = requests.put(f"{base}/rules/alert", params={"output": "alerts"}, data=rule_text(base, "hr"),
-                                headers={"Content-Type": "application/sparql-query"}, timeout=10)
-        assert response.status_code == 201, response.text
-        # a deterministic output (the window's element count) under IStream: both windows hold 2 elements, so the
-        # second firing has nothing new to report (RStream would append 2 elements, IStream 1)
-        counting = (f"CONSTRUCT {{ <urn:count> <urn:n> ?n }} WHERE {{ SERVICE <{base}/streams/hr?WINDOWS="
-                    "R/2016-06-20T10:00:00Z/PT05M> { SELECT (COUNT(*) AS ?n) WHERE { GRAPH ?g { ?s ?p ?o } } } }")
-        response = requests.put(f"{base}/rules/counting", params={"output": "counts", "operator": "istream"},
-                                data=counting, headers={"Content-Type": "application/sparql-query"}, timeout=10)
-        assert response.status_code == 201, response.text
-        # a rule that fails at run time (its second SERVICE is unreachable): reported, the other keeps firing
-        broken = rule_text(base, "hr").replace("FILTER(?avg > 100)",
-                                               "SERVICE <http://127.0.0.1:9/sparql> { ?x ?y ?z } FILTER(?avg > 100)")
-        response = requests.put(f"{base}/rules/broken", params={"output": "nothing"}, data=broken,
-                                headers={"Content-Type": "application/sparql-query"}, timeout=10)
-        assert response.status_code == 201, response.text
-        body = _trig("00", 120) + _trig("01", 130) + _trig("05", 80) + _trig("06", 90)
-        body += f"<http://ex/p> <{PROV}> \"2016-06-20T10:10:00Z\"^^<http://www.w3.org/2001/XMLSchema#dateTime> .\n"
-        response = requests.post(f"{base}/streams/hr", data=body.encode(), headers=trig, timeout=10)
-        assert response.ok, response.text
-        deadline = time.monotonic() + 60
-        status: dict = {}
-        while time.monotonic() < deadline:
-            status = requests.get(f"{base}/rules/alert", headers={"Accept": "application/json"}, timeout=10).json()
-            if status["firings"] >= 2 or status["failures"]:
-                break
-            time.sleep(0.5)
-        assert status["firings"] == 2 and status["failures"] == 0, (status, server.log_tail())
-        assert status["outputs"] == 1
-        deadline = time.monotonic() + 30
-        while True:  # the rules fire one after the other: the others may still be on their second window
-            listed = {r["name"]: r for r in requests.get(f"{base}/rules", timeout=10).json()}
-            if all(r["firings"] + r["failures"] >= 2 for r in listed.values()) or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        counting_status = listed["counting"]
-        assert (counting_status["firings"], counting_status["outputs"], counting_status["operator"]) == (
-            2, 1, "istream")
-        broken_status = requests.get(f"{base}/rules/broken", headers={"Accept": "application/json"}, timeout=10).json()
-        assert broken_status["failures"] == 2 and broken_status["firings"] == 0 and broken_status["outputs"] == 0
-        assert "http://127.0.0.1:9/sparql" in broken_status["last_error"]
-        assert broken_status["last_window"].startswith("hr window 1 (2016-06-20T10:05:00Z")
-        assert len(broken_status["log"]) == 2
-        assert "rule broken failed on hr window 0" in server.log_tail()
-        query = ("SELECT ?g ?t ?avg WHERE { ?g <http://www.w3.org/ns/prov#generatedAtTime> ?t "
-                 "GRAPH ?g { ?g <http://ex/avg> ?avg } }")
-        response = requests.post(f"{base}/streams/alerts", data=query, timeout=10, headers={
-            "Content-Type": "application/sparql-query", "Accept": "application/sparql-results+json"})
-        assert response.ok, response.text
-        rows = response.json()["results"]["bindings"]
-        assert len(rows) == 1, rows
-        assert rows[0]["t"]["value"].startswith("2016-06-20T10:01:00")
-        assert float(rows[0]["avg"]["value"]) == 125
+    server = spark_server  # the shared server of this test worker (tests/conftest.py)
+    base = server.url
+    trig = {"Content-Type": "application/trig"}
+    assert requests.put(f"{base}/streams/e2e-hr", timeout=10).ok
+    response = requests.put(f"{base}/rules/e2e-alert", params={"output": "e2e-alerts"}, data=rule_text(base, "e2e-hr"),
+                            headers={"Content-Type": "application/sparql-query"}, timeout=10)
+    assert response.status_code == 201, response.text
+    # a deterministic output (the window's element count) under IStream: both windows hold 2 elements, so the
+    # second firing has nothing new to report (RStream would append 2 elements, IStream 1)
+    counting = (f"CONSTRUCT {{ <urn:count> <urn:n> ?n }} WHERE {{ SERVICE <{base}/streams/e2e-hr?WINDOWS="
+                "R/2016-06-20T10:00:00Z/PT05M> { SELECT (COUNT(*) AS ?n) WHERE { GRAPH ?g { ?s ?p ?o } } } }")
+    response = requests.put(f"{base}/rules/e2e-counting", params={"output": "e2e-counts", "operator": "istream"},
+                            data=counting, headers={"Content-Type": "application/sparql-query"}, timeout=10)
+    assert response.status_code == 201, response.text
+    # a rule that fails at run time (its second SERVICE is unreachable): reported, the other keeps firing
+    broken = rule_text(base, "e2e-hr").replace("FILTER(?avg > 100)",
+                                           "SERVICE <http://127.0.0.1:9/sparql> { ?x ?y ?z } FILTER(?avg > 100)")
+    response = requests.put(f"{base}/rules/e2e-broken", params={"output": "e2e-nothing"}, data=broken,
+                            headers={"Content-Type": "application/sparql-query"}, timeout=10)
+    assert response.status_code == 201, response.text
+    body = _trig("00", 120) + _trig("01", 130) + _trig("05", 80) + _trig("06", 90)
+    body += f"<http://ex/p> <{PROV}> \"2016-06-20T10:10:00Z\"^^<http://www.w3.org/2001/XMLSchema#dateTime> .\n"
+    response = requests.post(f"{base}/streams/e2e-hr", data=body.encode(), headers=trig, timeout=10)
+    assert response.ok, response.text
+    deadline = time.monotonic() + 60
+    status: dict = {}
+    while time.monotonic() < deadline:
+        status = requests.get(f"{base}/rules/e2e-alert", headers={"Accept": "application/json"}, timeout=10).json()
+        if status["firings"] >= 2 or status["failures"]:
+            break
+        time.sleep(0.5)
+    assert status["firings"] == 2 and status["failures"] == 0, (status, server.log_tail())
+    assert status["outputs"] == 1
+    deadline = time.monotonic() + 30
+    while True:  # the rules fire one after the other: the others may still be on their second window
+        listed = {r["name"]: r for r in requests.get(f"{base}/rules", timeout=10).json()
+                  if r["name"].startswith("e2e-")}
+        if all(r["firings"] + r["failures"] >= 2 for r in listed.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    counting_status = listed["e2e-counting"]
+    assert (counting_status["firings"], counting_status["outputs"], counting_status["operator"]) == (
+        2, 1, "istream")
+    broken_status = requests.get(f"{base}/rules/e2e-broken", headers={"Accept": "application/json"}, timeout=10).json()
+    assert broken_status["failures"] == 2 and broken_status["firings"] == 0 and broken_status["outputs"] == 0
+    assert "http://127.0.0.1:9/sparql" in broken_status["last_error"]
+    assert broken_status["last_window"].startswith("e2e-hr window 1 (2016-06-20T10:05:00Z")
+    assert len(broken_status["log"]) == 2
+    assert "rule e2e-broken failed on e2e-hr window 0" in server.log_tail()
+    query = ("SELECT ?g ?t ?avg WHERE { ?g <http://www.w3.org/ns/prov#generatedAtTime> ?t "
+             "GRAPH ?g { ?g <http://ex/avg> ?avg } }")
+    response = requests.post(f"{base}/streams/e2e-alerts", data=query, timeout=10, headers={
+        "Content-Type": "application/sparql-query", "Accept": "application/sparql-results+json"})
+    assert response.ok, response.text
+    rows = response.json()["results"]["bindings"]
+    assert len(rows) == 1, rows
+    assert rows[0]["t"]["value"].startswith("2016-06-20T10:01:00")
+    assert float(rows[0]["avg"]["value"]) == 125
 
 
 def test_rules_directory_loads_in_any_order_and_reports_bad_files(registry: RuleRegistry, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,16 +162,20 @@ def test_a_rule_may_read_the_output_of_another_rule_of_the_batch(registry: RuleR
 
 
 def _count_durable_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every fsync / fdatasync from now on counts one (whichever helper or thread calls it)."""
+    """Every fsync / fdatasync this thread makes from now on counts one (whichever helper calls it): the registry
+    writes in the caller's thread, and a thread left running by an earlier test in this worker must not count."""
     calls: list[int] = []
     real_fsync, real_fdatasync = os.fsync, os.fdatasync
+    caller = threading.get_ident()
 
     def fsync(fd: int) -> None:
-        calls.append(fd)
+        if threading.get_ident() == caller:
+            calls.append(fd)
         real_fsync(fd)
 
     def fdatasync(fd: int) -> None:
-        calls.append(fd)
+        if threading.get_ident() == caller:
+            calls.append(fd)
         real_fdatasync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)

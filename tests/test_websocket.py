@@ -107,37 +107,37 @@ def test_websocket_requests_are_checked_before_the_handshake() -> None:
 
 
 @pytest.mark.jvm
-def test_continuous_response_one_message_per_window_a_disconnect_and_a_resume() -> None:
-    with running_server() as server:
-        url = f"{server.url}/streams/hr"
-        assert requests.put(url, timeout=10).status_code == 201
-        assert requests.post(url, data=element("a", 0), headers=TRIG, timeout=30).ok
-        query = "SELECT ?g WHERE { GRAPH ?g { ?s ?p ?o } } ORDER BY ?g"
-        ws = Client.connect(ws_url(server, "/streams/hr?WINDOWS=R/HEAD/PT10S&format=text/csv&query=")
-                            + requests.utils.quote(query))
-        opening = answer(ws)
-        sequence = opening["Window-Sequence"]
-        assert opening["Window-From"] == "0" and opening["Content-Type"] == "text/csv"
-        # t0 = HEAD = a (10:00:00): windows [0,10) {a, b}, [10,20) {c}, [20,30) {d}, [30,40) {e}
-        body = element("b", 5) + element("c", 12) + element("d", 25)
-        assert requests.post(url, data=body, headers=TRIG, timeout=30).ok
-        first, second = answer(ws), answer(ws)
-        assert (first["Window-Index"], first["Window-Start"], first["Window-End"]) == (
-            "0", "2016-06-20T10:00:00Z", "2016-06-20T10:00:10Z")
-        assert first["body"].split() == ["g", "http://ex/a", "http://ex/b"]
-        assert (second["Window-Index"], second["body"].split()) == ("1", ["g", "http://ex/c"])
-        ws.close()  # the dashboard goes away after window 1
-        wait_until(lambda: requests.get(f"{server.url}/status", timeout=10).json()["continuous"] == [], 15,
-                   lambda: "the registration of the closed WebSocket is still listed")
-        assert requests.post(url, data=element("e", 33) + element("f", 41), headers=TRIG, timeout=30).ok
-        # windows 2 ([20,30) {d}) and 3 ([30,40) {e}) complete while it is away; it resumes after window 1
-        ws = Client.connect(ws_url(server, f"/streams/hr?WINDOWS=R/HEAD/PT10S&format=text/csv&after=1"
-                                           f"&sequence={sequence}&query=") + requests.utils.quote(query))
-        assert answer(ws)["Window-From"] == "2"
-        resumed = [answer(ws), answer(ws)]
-        assert [(w["Window-Index"], w["body"].split()) for w in resumed] == [
-            ("2", ["g", "http://ex/d"]), ("3", ["g", "http://ex/e"])]
-        assert requests.post(url, data=element("g", 55), headers=TRIG, timeout=30).ok  # live again: [40,50) {f}
-        live = answer(ws)
-        assert (live["Window-Index"], live["body"].split()) == ("4", ["g", "http://ex/f"])
-        ws.close()
+def test_continuous_response_one_message_per_window_a_disconnect_and_a_resume(spark_server: RunningServer) -> None:
+    server = spark_server  # shared by this test worker (tests/conftest.py): the stream is named after the test
+    url = f"{server.url}/streams/ws-windows"
+    assert requests.put(url, timeout=10).status_code == 201
+    assert requests.post(url, data=element("a", 0), headers=TRIG, timeout=30).ok
+    query = "SELECT ?g WHERE { GRAPH ?g { ?s ?p ?o } } ORDER BY ?g"
+    ws = Client.connect(ws_url(server, "/streams/ws-windows?WINDOWS=R/HEAD/PT10S&format=text/csv&query=")
+                        + requests.utils.quote(query))
+    opening = answer(ws)
+    sequence = opening["Window-Sequence"]
+    assert opening["Window-From"] == "0" and opening["Content-Type"] == "text/csv"
+    # t0 = HEAD = a (10:00:00): windows [0,10) {a, b}, [10,20) {c}, [20,30) {d}, [30,40) {e}
+    body = element("b", 5) + element("c", 12) + element("d", 25)
+    assert requests.post(url, data=body, headers=TRIG, timeout=30).ok
+    first, second = answer(ws), answer(ws)
+    assert (first["Window-Index"], first["Window-Start"], first["Window-End"]) == (
+        "0", "2016-06-20T10:00:00Z", "2016-06-20T10:00:10Z")
+    assert first["body"].split() == ["g", "http://ex/a", "http://ex/b"]
+    assert (second["Window-Index"], second["body"].split()) == ("1", ["g", "http://ex/c"])
+    ws.close()  # the dashboard goes away after window 1
+    wait_until(lambda: requests.get(f"{server.url}/status", timeout=10).json()["continuous"] == [], 15,
+               lambda: "the registration of the closed WebSocket is still listed")
+    assert requests.post(url, data=element("e", 33) + element("f", 41), headers=TRIG, timeout=30).ok
+    # windows 2 ([20,30) {d}) and 3 ([30,40) {e}) complete while it is away; it resumes after window 1
+    ws = Client.connect(ws_url(server, f"/streams/ws-windows?WINDOWS=R/HEAD/PT10S&format=text/csv&after=1"
+                                       f"&sequence={sequence}&query=") + requests.utils.quote(query))
+    assert answer(ws)["Window-From"] == "2"
+    resumed = [answer(ws), answer(ws)]
+    assert [(w["Window-Index"], w["body"].split()) for w in resumed] == [
+        ("2", ["g", "http://ex/d"]), ("3", ["g", "http://ex/e"])]
+    assert requests.post(url, data=element("g", 55), headers=TRIG, timeout=30).ok  # live again: [40,50) {f}
+    live = answer(ws)
+    assert (live["Window-Index"], live["body"].split()) == ("4", ["g", "http://ex/f"])
+    ws.close()

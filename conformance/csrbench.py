@@ -415,9 +415,13 @@ class ServerRun:
     extra: Any = None  # what ``after_replay`` returned
 
 
-def our_outputs(bench: Benchmark, timeout: float = 120) -> dict[tuple[str, str], Response]:
-    """Start our server (Spark pipeline), open the 14 continuous responses, replay the stream, punctuate its end,
-    and collect the reported relations."""
+def our_outputs(bench: Benchmark, timeout: float = 120, server_url: str | None = None,
+                stream: str = STREAM) -> dict[tuple[str, str], Response]:
+    """Start our server (Spark pipeline) or use the one at ``server_url`` (started with ``--threads 40`` or more),
+    open the 14 continuous responses on ``stream``, replay the stream, punctuate its end, and collect the reported
+    relations."""
+    if server_url is not None:
+        return replay_on(server_url, bench, stream, timeout).responses
     return server_run(bench, timeout=timeout).responses
 
 
@@ -428,38 +432,49 @@ def server_run(bench: Benchmark, server_args: Sequence[str] = (), timeout: float
     revisions the pipeline materialized. The hooks get the server's URL: ``before_replay`` runs once the stream
     exists (e.g. to register rules), ``after_replay`` once every response ended (its result is ``extra``)."""
     with running_server(["--threads", "40", *server_args]) as server:
-        url = f"{server.url}/streams/{STREAM}"
-        created = requests.put(url, timeout=30)
-        assert created.status_code == 201, created.text
-        if before_replay is not None:
-            before_replay(server.url)
-        responses = {}
-        for number in QUERIES:
-            query = union_query(bench.query(number)[0])
-            for configuration in CONFIGURATIONS:
-                responses[(number, configuration.name)] = Response(number, configuration, {
-                    "WINDOWS": our_ref(bench, number), "query": query, "report": configuration.report,
-                    "operator": configuration.operator, "packaging": "multipart",
-                    "format": "application/sparql-results+json"})
-        for response in responses.values():
-            threading.Thread(target=response.read, args=(url,), daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while len(requests.get(server.url + "/status", timeout=30).json()["continuous"]) < len(responses):
-            failed = [r.error for r in responses.values() if r.error]
-            if failed or time.monotonic() > deadline:
-                raise RuntimeError(f"responses not registered: {failed}\n{server.log_tail()}")
-            time.sleep(0.1)
-        for second, path in sorted((int(p.stem.split("_")[1]), p) for p in bench.root.glob("data/data_*.ttl")):
-            posted = requests.post(url, data=path.read_bytes(), headers={"Content-Type": "text/turtle"}, params={
-                "graph": f"http://csrbench/element/{second:02d}", "timestamp": stamp(second * SECOND)}, timeout=60)
-            assert posted.status_code == 200, posted.text
-        punctuated = requests.post(url, params={"punctuation": stamp(end_of_stream(bench))}, timeout=60)
-        assert punctuated.status_code == 200, punctuated.text
-        for response in responses.values():
-            if not response.ended.wait(max(0.0, deadline - time.monotonic())):
-                response.error = f"did not end in {timeout:g} s ({len(response.reports)} reports)"
-        windows = requests.get(url + "/windows", timeout=60).json()["sequences"]
-        extra = None if after_replay is None else after_replay(server.url)
+        try:
+            return replay_on(server.url, bench, STREAM, timeout, before_replay, after_replay)
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}\n{server.log_tail()}") from None
+
+
+def replay_on(base: str, bench: Benchmark, stream: str, timeout: float = 120,
+              before_replay: Callable[[str], None] | None = None,
+              after_replay: Callable[[str], Any] | None = None) -> ServerRun:
+    """``server_run``'s replay on a running server at ``base``, on a new stream named ``stream``."""
+    url = f"{base}/streams/{stream}"
+    created = requests.put(url, timeout=30)
+    assert created.status_code == 201, created.text
+    if before_replay is not None:
+        before_replay(base)
+    open_before = len(requests.get(base + "/status", timeout=30).json()["continuous"])
+    responses = {}
+    for number in QUERIES:
+        query = union_query(bench.query(number)[0])
+        for configuration in CONFIGURATIONS:
+            responses[(number, configuration.name)] = Response(number, configuration, {
+                "WINDOWS": our_ref(bench, number), "query": query, "report": configuration.report,
+                "operator": configuration.operator, "packaging": "multipart",
+                "format": "application/sparql-results+json"})
+    for response in responses.values():
+        threading.Thread(target=response.read, args=(url,), daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while len(requests.get(base + "/status", timeout=30).json()["continuous"]) < open_before + len(responses):
+        failed = [r.error for r in responses.values() if r.error]
+        if failed or time.monotonic() > deadline:
+            raise RuntimeError(f"responses not registered: {failed}")
+        time.sleep(0.1)
+    for second, path in sorted((int(p.stem.split("_")[1]), p) for p in bench.root.glob("data/data_*.ttl")):
+        posted = requests.post(url, data=path.read_bytes(), headers={"Content-Type": "text/turtle"}, params={
+            "graph": f"http://csrbench/element/{second:02d}", "timestamp": stamp(second * SECOND)}, timeout=60)
+        assert posted.status_code == 200, posted.text
+    punctuated = requests.post(url, params={"punctuation": stamp(end_of_stream(bench))}, timeout=60)
+    assert punctuated.status_code == 200, punctuated.text
+    for response in responses.values():
+        if not response.ended.wait(max(0.0, deadline - time.monotonic())):
+            response.error = f"did not end in {timeout:g} s ({len(response.reports)} reports)"
+    windows = requests.get(url + "/windows", timeout=60).json()["sequences"]
+    extra = None if after_replay is None else after_replay(base)
     return ServerRun(responses, windows, extra)
 
 
@@ -639,7 +654,7 @@ def main() -> None:
 
 
 __all__ = ["Benchmark", "CONFIGURATIONS", "Configuration", "OurVerdict", "ServerRun", "judge", "judge_ours",
-           "our_outputs", "our_table", "server_run", "table"]
+           "our_outputs", "our_table", "replay_on", "server_run", "table"]
 
 if __name__ == "__main__":
     main()

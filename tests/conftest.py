@@ -36,6 +36,7 @@ def spark_server() -> Iterator[RunningServer]:
     """One server with the Spark pipeline per test worker, shared by the tests that need only that: starting Spark
     costs ≈ 20 CPU-seconds, most of what such a test takes. Its users name their streams, rules and outputs after
     themselves (no two tests share a name) and leave no continuous response open. ``127.0.0.1:9`` (where nothing
-    listens) is an allowed SERVICE host, for rules that must fail at run time."""
-    with running_server(["--service-allow", "127.0.0.1:9"]) as server:
+    listens) is an allowed SERVICE host, for rules that must fail at run time; 40 threads serve the 14 continuous
+    responses of the CSRBench oracle run at once."""
+    with running_server(["--service-allow", "127.0.0.1:9", "--threads", "40"]) as server:
         yield server

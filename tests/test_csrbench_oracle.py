@@ -26,6 +26,7 @@ from conformance.csrbench import (
     our_table,
     table,
 )
+from conformance.server import RunningServer
 
 pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
 
@@ -36,11 +37,11 @@ def bench() -> Benchmark:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def our_run(bench: Benchmark) -> Iterator[Future[dict[tuple[str, str], Response]]]:
-    """Our server's outputs, produced in the background (server, Spark, replay: ~35 s) while the engines'
-    answer files are judged (~25 s)."""
+def our_run(bench: Benchmark, spark_server: RunningServer) -> Iterator[Future[dict[tuple[str, str], Response]]]:
+    """Our server's outputs (the shared server of this test worker, tests/conftest.py, on a stream of this module's
+    own), produced in the background while the engines' answer files are judged (~25 s)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
-        yield pool.submit(our_outputs, bench)
+        yield pool.submit(our_outputs, bench, server_url=spark_server.url, stream="csrbench-oracle")
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,14 @@
-"""Results of queries that read only the dataset, kept per revision of it (seed 003: "unchanged intermediate
-results are cached and re-used").
+"""Results of queries that read only the dataset (or one window), kept per revision of it (seed 003: "unchanged
+intermediate results are cached and re-used").
 
 A rule's static parts (the patient and sensor records, VALUES tables: the prefix that binds a ``SERVICE ?var``,
 a ``SERVICE <this server's /sparql>`` part) give the same solutions until the dataset changes, so they are
 evaluated once per dataset revision instead of once per window. The key holds the revision ordinal, so a
-write simply makes new keys; old entries age out of the LRU. Queries calling functions whose value changes
-between evaluations (``NOW()``, ``RAND()``, ``UUID()``, ``STRUUID()``, ``BNODE()``, ``THEN()``) are never cached.
+write simply makes new keys; old entries age out of the LRU. The same holds for a window: its elements never change,
+so the static parts of the rules reading one window (their common ``SERVICE`` inner ``SELECT``) are evaluated once
+for all of them, under a key naming the window's elements (``engine.evaluation.elements_key``). Queries calling
+functions whose value changes between evaluations (``NOW()``, ``RAND()``, ``UUID()``, ``STRUUID()``, ``BNODE()``,
+``THEN()``) are never cached.
 """
 
 from __future__ import annotations

@@ -91,6 +91,9 @@ class QueryTarget:
     base_iri: str | None = None
     revision: int | None = None
     stream: Stream | None = None
+    #: which elements ``store`` holds, when it is a window or revision of ``stream``: the same elements always give
+    #: the same dataset (elements never change), so static queries over it are cached under this key
+    elements_key: str | None = None
 
 
 class HttpResponse(Protocol):
@@ -280,7 +283,7 @@ class ExtendedEvaluator:
     @staticmethod
     def _stream_target(stream: Stream, selected: SelectedWindow, base_iri: str | None) -> QueryTarget:
         return QueryTarget(stream.window_store(selected.ordinals), None, None, selected.commit, base_iri, None,
-                           stream)
+                           stream, elements_key(stream, selected.ordinals))
 
     def check_reachable(self, iri: str) -> None:
         """Refuse a SERVICE IRI whose host is not on the allowlist (a rule or query must not probe other
@@ -393,9 +396,14 @@ class ExtendedEvaluator:
 
     def _select(self, sparql: str, target: QueryTarget, uses_then: bool, *, cacheable: bool = False) -> Solutions:
         """Solutions of a SELECT; ``cacheable`` ones that read only the dataset come from the per-revision cache."""
-        if cacheable and target.store is None and target.revision is not None and not uses_then and is_static(sparql):
-            context = f"{target.base_iri} {target.default_graph} {target.named_graphs}"
-            return self.cache.get(sparql, target.revision, context, lambda: self._select(sparql, target, uses_then))
+        if cacheable and not uses_then and is_static(sparql):
+            if target.store is None and target.revision is not None:
+                context = f"{target.base_iri} {target.default_graph} {target.named_graphs}"
+                return self.cache.get(sparql, target.revision, context, lambda: self._select(sparql, target, False))
+            if target.elements_key is not None and target.default_graph is None and target.named_graphs is None:
+                # a window's elements: the rules reading one window share the solutions of their common parts
+                context = f"{target.base_iri} {target.elements_key}"
+                return self.cache.get(sparql, -1, context, lambda: self._select(sparql, target, False))
         with self._reading(target) as store:
             result = self._run(store, sparql, target, uses_then)
             if not isinstance(result, QuerySolutions):
@@ -415,6 +423,22 @@ class ExtendedEvaluator:
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
+
+def elements_key(stream: Stream, ordinals: list[int]) -> str:
+    """A key naming exactly these elements of ``stream`` (its identity, and the ordinals as runs ``a-b``)."""
+    runs: list[str] = []
+    first = previous = None
+    for ordinal in ordinals:
+        if previous is not None and ordinal == previous + 1:
+            previous = ordinal
+            continue
+        if first is not None:
+            runs.append(f"{first}-{previous}")
+        first = previous = ordinal
+    if first is not None:
+        runs.append(f"{first}-{previous}")
+    return f"{stream.config.name}/{stream.config.uuid_prefix:x}:{','.join(runs)}"
+
 
 def _then(micros: int | None) -> Callable[[], Literal | None]:
     value = None if micros is None else Literal(format_micros(micros), datatype=_XSD_DATETIME)

@@ -9,6 +9,7 @@ so the ``/``-separated structure is parsed here and only the parts are handed to
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import timedelta
@@ -82,7 +83,7 @@ step=datetime.timedelta(seconds=60))
     sparql_ext.errors.WindowRefSyntaxError: WINDOWS=r/head/pt05m: 'r', 'head', 'pt05m' must be upper case: R/HEAD/PT05M
     """
     try:
-        return _parse(text)
+        return _parsed(text)
     except WindowRefSyntaxError:
         hint = _case_hint(text.strip())
         if hint is None:
@@ -111,6 +112,12 @@ def _is_revision(part: str) -> bool:
     except RevisionSyntaxError:
         return False
     return True
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> WindowRef:
+    """``_parse``, remembered: every rule firing parses the refs of its windowed IRIs (a WindowRef is immutable)."""
+    return _parse(text)
 
 
 def _parse(text: str) -> WindowRef:

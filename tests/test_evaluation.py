@@ -188,6 +188,32 @@ def test_a_rule_firing_reads_only_the_window_that_fired(app: Flask, client: Flas
     assert [(r["s"], r["hr"]) for r in rows] == [("<urn:s2>", _int(55))]
 
 
+def test_rules_over_one_window_share_its_static_parts(app: Flask, client: FlaskClient) -> None:
+    # Two rules' firings over hr's window {a 70, b 80}: the same inner SELECT is evaluated once (a cache miss, then
+    # a hit), each rule's own FILTER still applies; a window of other elements, or a volatile inner, is evaluated anew
+    inner = f"SELECT (AVG(?hr) AS ?avg) WHERE {{ {WINDOW_QUERY} }}"
+    windowed = f"{HOST}/streams/hr?WINDOWS=R/HEAD/PT5M"
+
+    def rule(threshold: int, select: str = inner) -> str:
+        return f"SELECT ?avg WHERE {{ SERVICE <{windowed}> {{ {select} }} FILTER (?avg > {threshold}) }}"
+
+    def fire(window: list[int], text: str) -> list[str]:
+        firing = evaluator(app).for_rule([HOST], {("hr", "R/HEAD/PT5M"): SelectedWindow(window)})
+        return [r["avg"] for r in _solutions(firing.query(text, QueryTarget(base_iri=HOST)))]
+
+    cache = evaluator(app).cache
+    before = cache.status()
+    assert fire([1, 2], rule(70)) == ['"75"^^<http://www.w3.org/2001/XMLSchema#decimal>']
+    assert fire([1, 2], rule(75)) == []  # same window, same inner: from the cache, then this rule's FILTER
+    after = cache.status()
+    assert (after["misses"] - before["misses"], after["hits"] - before["hits"]) == (1, 1)
+    assert fire([2, 3], rule(70)) == ['"85"^^<http://www.w3.org/2001/XMLSchema#decimal>']  # other elements
+    volatile = inner.replace("(AVG(?hr) AS ?avg)", "(AVG(?hr) AS ?avg) (NOW() AS ?now)")
+    fire([1, 2], rule(70, volatile))
+    fire([1, 2], rule(70, volatile))
+    assert cache.status()["misses"] == after["misses"] + 1 and cache.status()["hits"] == after["hits"]
+
+
 def test_service_silent_to_an_unreachable_endpoint(client: FlaskClient) -> None:
     query = "SELECT ?x WHERE { BIND(1 AS ?x) SERVICE SILENT <http://127.0.0.1:9/sparql> { ?s ?p ?o } }"
     # SILENT: the failed part is one solution binding nothing (the join identity), as W3C service7 checks

@@ -219,59 +219,60 @@ def settled(server: RunningServer, ready: Any, timeout: float = 120) -> dict[str
 
 
 @pytest.mark.jvm
-def test_metrics_match_status_for_windows_rules_and_the_pipeline() -> None:
-    with running_server() as spark:
-        url = f"{spark.url}/streams/hr"
-        assert requests.put(url, timeout=10).status_code == 201
-        registered = requests.put(f"{spark.url}/rules/avg", params={"output": "averages"}, data=RULE,
-                                  headers={"Content-Type": "application/sparql-query"}, timeout=30)
-        assert registered.status_code == 201, registered.text
-        # windows of 1 minute from the first element (10:00:00): [10:00, 10:01) holds 70 and 80 and completes with
-        # the element at 10:01:10; [10:01, 10:02) holds 90 and completes with the one at 10:02:05
-        for name, minute, second, hr in (("a", 0, 0, 70), ("b", 0, 30, 80), ("c", 1, 10, 90), ("d", 2, 5, 100)):
-            answer = requests.post(url, data=reading(name, minute, second, hr),
-                                   headers={"Content-Type": "application/trig"}, timeout=10)
-            assert answer.status_code == 200, answer.text
-        status = settled(spark, lambda s: s["rules"].get("avg", {}).get("firings", 0) >= 2
-                         and s["pipeline"].get("streams", {}).get("hr", {}).get("lag_elements") == 0)
-        for _ in range(10):  # a consistent snapshot: no batch between the status and the scrape (a busy machine
-            found = samples(requests.get(f"{spark.url}/metrics", timeout=10).text)  # may run a late, empty one)
-            again = requests.get(f"{spark.url}/status", timeout=10).json()
-            if again["pipeline"]["batches"] == status["pipeline"]["batches"]:
-                break
-            status = again
-        assert again["pipeline"]["batches"] == status["pipeline"]["batches"], "batches kept running while scraping"
+def test_metrics_match_status_for_windows_rules_and_the_pipeline(spark_server: RunningServer) -> None:
+    spark = spark_server  # the shared server of this test worker (tests/conftest.py)
+    url = f"{spark.url}/streams/metrics-hr"
+    assert requests.put(url, timeout=10).status_code == 201
+    registered = requests.put(f"{spark.url}/rules/metrics-avg", params={"output": "metrics-averages"},
+                              data=RULE.replace("streams/hr", "streams/metrics-hr"),
+                              headers={"Content-Type": "application/sparql-query"}, timeout=30)
+    assert registered.status_code == 201, registered.text
+    # windows of 1 minute from the first element (10:00:00): [10:00, 10:01) holds 70 and 80 and completes with
+    # the element at 10:01:10; [10:01, 10:02) holds 90 and completes with the one at 10:02:05
+    for name, minute, second, hr in (("a", 0, 0, 70), ("b", 0, 30, 80), ("c", 1, 10, 90), ("d", 2, 5, 100)):
+        answer = requests.post(url, data=reading(name, minute, second, hr),
+                               headers={"Content-Type": "application/trig"}, timeout=10)
+        assert answer.status_code == 200, answer.text
+    status = settled(spark, lambda s: s["rules"].get("metrics-avg", {}).get("firings", 0) >= 2
+                     and s["pipeline"].get("streams", {}).get("metrics-hr", {}).get("lag_elements") == 0)
+    for _ in range(10):  # a consistent snapshot: no batch between the status and the scrape (a busy machine
+        found = samples(requests.get(f"{spark.url}/metrics", timeout=10).text)  # may run a late, empty one)
+        again = requests.get(f"{spark.url}/status", timeout=10).json()
+        if again["pipeline"]["batches"] == status["pipeline"]["batches"]:
+            break
+        status = again
+    assert again["pipeline"]["batches"] == status["pipeline"]["batches"], "batches kept running while scraping"
 
-        rule = status["rules"]["avg"]
-        assert rule["firings"] == 2 and rule["outputs"] == 2 and rule["failures"] == 0
-        assert value(found, "concentrator_rule_firings_total", rule="avg") == 2
-        assert value(found, "concentrator_rule_outputs_total", rule="avg") == 2
-        assert value(found, "concentrator_rule_latency_seconds_count", rule="avg") == 2 == \
-            rule["latency_seconds"]["count"]
-        assert value(found, "concentrator_rule_latency_seconds_sum", rule="avg") == pytest.approx(
-            rule["latency_seconds"]["sum"], abs=1e-6)
-        assert value(found, "concentrator_rule_last_latency_seconds", rule="avg") == pytest.approx(
-            rule["last_latency_ms"] / 1000)
+    rule = status["rules"]["metrics-avg"]
+    assert rule["firings"] == 2 and rule["outputs"] == 2 and rule["failures"] == 0
+    assert value(found, "concentrator_rule_firings_total", rule="metrics-avg") == 2
+    assert value(found, "concentrator_rule_outputs_total", rule="metrics-avg") == 2
+    assert value(found, "concentrator_rule_latency_seconds_count", rule="metrics-avg") == 2 == \
+        rule["latency_seconds"]["count"]
+    assert value(found, "concentrator_rule_latency_seconds_sum", rule="metrics-avg") == pytest.approx(
+        rule["latency_seconds"]["sum"], abs=1e-6)
+    assert value(found, "concentrator_rule_last_latency_seconds", rule="metrics-avg") == pytest.approx(
+        rule["last_latency_ms"] / 1000)
 
-        pipeline = status["pipeline"]
-        hr = pipeline["streams"]["hr"]
-        # both windows of hr's sequence were observed once: from the commit of the completing element to theirs
-        latency = hr["window_latency_seconds"]
-        assert latency["count"] == 2
-        assert value(found, "concentrator_window_latency_seconds_count", stream="hr") == 2
-        assert value(found, "concentrator_window_latency_seconds_bucket", stream="hr", le="+Inf") == 2
-        assert value(found, "concentrator_window_latency_seconds_sum", stream="hr") == pytest.approx(
-            latency["sum"], abs=1e-6)
-        assert 0 < latency["sum"] < 120
-        assert value(found, "concentrator_pipeline_batches_total") == pipeline["batches"] > 0
-        assert value(found, "concentrator_pipeline_batch_seconds_count") == pipeline["batches"]
-        assert value(found, "concentrator_pipeline_windows_emitted_total") == pipeline["windows_emitted"] >= 2
-        assert value(found, "concentrator_pipeline_lag_elements", stream="hr") == 0
-        assert value(found, "concentrator_pipeline_lag_seconds", stream="hr") == 0
-        assert value(found, "concentrator_pipeline_up") == 1
-        (sequence, registered), = status["streams"]["hr"]["sequences"].items()
-        assert registered["windows_emitted"] == 2
-        assert value(found, "concentrator_stream_windows_emitted_total", stream="hr", sequence=sequence,
-                     ref=registered["ref"]) == 2
-        # the rule's outputs are elements of their own stream
-        assert value(found, "concentrator_stream_elements_ingested_total", stream="averages") == 2
+    pipeline = status["pipeline"]
+    hr = pipeline["streams"]["metrics-hr"]
+    # both windows of hr's sequence were observed once: from the commit of the completing element to theirs
+    latency = hr["window_latency_seconds"]
+    assert latency["count"] == 2
+    assert value(found, "concentrator_window_latency_seconds_count", stream="metrics-hr") == 2
+    assert value(found, "concentrator_window_latency_seconds_bucket", stream="metrics-hr", le="+Inf") == 2
+    assert value(found, "concentrator_window_latency_seconds_sum", stream="metrics-hr") == pytest.approx(
+        latency["sum"], abs=1e-6)
+    assert 0 < latency["sum"] < 120
+    assert value(found, "concentrator_pipeline_batches_total") == pipeline["batches"] > 0
+    assert value(found, "concentrator_pipeline_batch_seconds_count") == pipeline["batches"]
+    assert value(found, "concentrator_pipeline_windows_emitted_total") == pipeline["windows_emitted"] >= 2
+    assert value(found, "concentrator_pipeline_lag_elements", stream="metrics-hr") == 0
+    assert value(found, "concentrator_pipeline_lag_seconds", stream="metrics-hr") == 0
+    assert value(found, "concentrator_pipeline_up") == 1
+    (sequence, registered), = status["streams"]["metrics-hr"]["sequences"].items()
+    assert registered["windows_emitted"] == 2
+    assert value(found, "concentrator_stream_windows_emitted_total", stream="metrics-hr", sequence=sequence,
+                 ref=registered["ref"]) == 2
+    # the rule's outputs are elements of their own stream
+    assert value(found, "concentrator_stream_elements_ingested_total", stream="metrics-averages") == 2

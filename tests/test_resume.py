@@ -75,9 +75,9 @@ def register(server: RunningServer, stream: str, ref: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[RunningServer]:
-    with running_server() as running:
-        yield running
+def server(spark_server: RunningServer) -> RunningServer:
+    """The shared server of this test worker (tests/conftest.py): this module's streams are named resume-*."""
+    return spark_server
 
 
 # Tumbling 1 s windows anchored at 10:00:00, R5 = windows 0…4: a 0, b 0.5 | c 1.2 | d 2.5 | e 3.1 | f 4.2;
@@ -88,11 +88,11 @@ REPLAY = (("a", 0), ("b", 0.5), ("c", 1.2), ("d", 2.5), ("e", 3.1), ("f", 4.2), 
 
 @pytest.fixture(scope="module")
 def replay_url(server: RunningServer) -> str:
-    register(server, "replay", REPLAY_REF)
-    assert requests.post(f"{server.url}/streams/replay", data="".join(element(n, s) for n, s in REPLAY),
+    register(server, "resume-replay", REPLAY_REF)
+    assert requests.post(f"{server.url}/streams/resume-replay", data="".join(element(n, s) for n, s in REPLAY),
                          headers=TRIG, timeout=30).ok
-    wait_windows(server, "replay", REPLAY_REF, 5)
-    return f"{server.url}/streams/replay"
+    wait_windows(server, "resume-replay", REPLAY_REF, 5)
+    return f"{server.url}/streams/resume-replay"
 
 
 def ask(url: str, headers: dict[str, str] | None = None, **params: str) -> requests.Response:
@@ -154,11 +154,11 @@ def test_istream_and_dstream_resumed_equal_the_uninterrupted_response(server: Ru
     # Windows of 2 s sliding by 1 s from 10:00:00: w0 [0,2) {a,b}, w1 [1,3) {b,c}, w2 [2,4) {c,d}, w3 [3,5) {d};
     # z at 6 completes them all.
     ref = "R4/2016-06-20T10:00:00Z/PT2S/PT1S"
-    url = f"{server.url}/streams/operators"
-    register(server, "operators", ref)
+    url = f"{server.url}/streams/resume-operators"
+    register(server, "resume-operators", ref)
     body = "".join(element(n, s) for n, s in (("a", 0.5), ("b", 1.5), ("c", 2.5), ("d", 3.5), ("z", 6)))
     assert requests.post(url, data=body, headers=TRIG, timeout=30).ok
-    wait_windows(server, "operators", ref, 4)
+    wait_windows(server, "resume-operators", ref, 4)
 
     def get(operator: str, **params: str) -> list[tuple[int, list[str]]]:
         return windows_of(requests.get(url, params={"WINDOWS": ref, "query": NAMES, "packaging": "multipart",

@@ -14,12 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import pytest
 import requests
 
-from conformance.csrbench import Benchmark, ServerRun, judge_ours, server_run
+from conformance.csrbench import STREAM, Benchmark, ServerRun, judge_ours, replay_on, server_run
+from conformance.server import RunningServer
 from conformance.spark_cluster import StandaloneCluster, standalone_cluster
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
@@ -31,13 +33,16 @@ def bench() -> Benchmark:
 
 
 @pytest.fixture(scope="module")
-def runs(bench: Benchmark) -> Iterator[tuple[ServerRun, ServerRun, StandaloneCluster]]:
-    """(local mode, cluster) runs of the same replay; the local one runs while the cluster starts."""
-    hooks = {"before_replay": register_rule, "after_replay": rule_outputs}
+def runs(bench: Benchmark, spark_server: RunningServer) -> Iterator[tuple[ServerRun, ServerRun, StandaloneCluster]]:
+    """(local mode, cluster) runs of the same replay; the local one runs while the cluster starts, on the shared
+    local-mode server of this test worker (tests/conftest.py), with a stream, rule and output of its own."""
+    names = {"stream": "cluster-local", "rule": "cluster-count", "output": "cluster-counts"}
     with ThreadPoolExecutor(max_workers=1) as pool:
-        local = pool.submit(server_run, bench, **hooks)
+        local = pool.submit(replay_on, spark_server.url, bench, names["stream"], 120,
+                            partial(register_rule, **names), partial(rule_outputs, **names))
         with standalone_cluster(workers=2, cores=1, memory="1g") as cluster:
-            clustered = server_run(bench, ["--spark-master", cluster.master_url], **hooks)
+            clustered = server_run(bench, ["--spark-master", cluster.master_url], before_replay=register_rule,
+                                   after_replay=rule_outputs)
             yield local.result(timeout=300), clustered, cluster
 
 
@@ -47,35 +52,37 @@ RULE = f"""PREFIX ex: <{EX}>
 CONSTRUCT {{ ?w ex:elements ?n ; ex:label ?label }}
 WHERE {{
   ?w ex:label ?label .
-  SERVICE <{{base}}/streams/csrbench?WINDOWS={Q1}> {{
+  SERVICE <{{base}}/streams/{{stream}}?WINDOWS={Q1}> {{
     SELECT (COUNT(DISTINCT ?g) AS ?n) WHERE {{ GRAPH ?g {{ ?s ?p ?o }} }}
   }}
 }}"""
 
 
-def register_rule(base: str) -> None:
+def register_rule(base: str, stream: str = STREAM, rule: str = "count", output: str = "counts") -> None:
     """Static data (a label, broadcast to the executors) and a rule counting the elements of q1's windows."""
     r = requests.post(base + "/sparql", data=f'INSERT DATA {{ <{EX}q1> <{EX}label> "q1 windows" }}',
                       headers={"Content-Type": "application/sparql-update"}, timeout=30)
     assert r.status_code == 204, r.text
-    r = requests.put(base + "/rules/count", params={"output": "counts"}, data=RULE.replace("{base}", base),
+    r = requests.put(f"{base}/rules/{rule}", params={"output": output},
+                     data=RULE.replace("{base}", base).replace("{stream}", stream),
                      headers={"Content-Type": "application/sparql-query"}, timeout=30)
     assert r.status_code == 201, r.text
 
 
-def rule_outputs(base: str, timeout: float = 120) -> tuple[list[tuple[str, int, str]], dict[str, Any]]:
+def rule_outputs(base: str, stream: str = STREAM, rule: str = "count", output: str = "counts", timeout: float = 120
+                 ) -> tuple[list[tuple[str, int, str]], dict[str, Any]]:
     """The rule's outputs (element time, count, label) in time order, once it fired on every window of q1, and
     its status."""
     deadline = time.monotonic() + timeout
     while True:
-        listing = requests.get(base + "/streams/csrbench/windows", params={"ref": Q1}, timeout=30).json()
-        status = requests.get(base + "/rules/count", headers={"Accept": "application/json"}, timeout=30).json()
+        listing = requests.get(f"{base}/streams/{stream}/windows", params={"ref": Q1}, timeout=30).json()
+        status = requests.get(f"{base}/rules/{rule}", headers={"Accept": "application/json"}, timeout=30).json()
         if status["firings"] >= len(listing["sequences"][0]["windows"]) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     query = (f"PREFIX ex: <{EX}> SELECT ?t ?n ?label WHERE {{ ?g <http://www.w3.org/ns/prov#generatedAtTime> ?t "
              "GRAPH ?g { ?w ex:elements ?n ; ex:label ?label } } ORDER BY ?t")
-    r = requests.post(base + "/streams/counts", data=query, timeout=30, headers={
+    r = requests.post(f"{base}/streams/{output}", data=query, timeout=30, headers={
         "Content-Type": "application/sparql-query", "Accept": "application/sparql-results+json"})
     assert r.status_code == 200, r.text
     rows = [(b["t"]["value"], int(b["n"]["value"]), b["label"]["value"]) for b in r.json()["results"]["bindings"]]

@@ -24,8 +24,8 @@ serve: $(VENV)/installed  ## install, then run the server on an on-disk store in
 test: $(VENV)/installed  ## install, then run the whole test suite (conformance included), on two workers (a file per worker)
 	$(VENV)/bin/python -m pytest -n 2 --dist loadfile
 
-test-fast: $(VENV)/installed  ## the tests that need no JVM (no Spark, no Jena): about 2 minutes
-	$(VENV)/bin/python -m pytest -m "not jvm" -n 2
+test-fast: $(VENV)/installed  ## the tests that need no JVM (no Spark, no Jena) and are not marked slow: ≈ 40 s
+	$(VENV)/bin/python -m pytest -m "not jvm and not slow" -n 2
 
 lint: $(VENV)/installed  ## ruff over everything, mypy (strict, mypy.ini) over the production packages
 	$(VENV)/bin/ruff check concentrator sparql_ext store engine pipeline rules connectors protocol conformance bench tests examples

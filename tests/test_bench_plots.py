@@ -70,6 +70,7 @@ def _module(name: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleT
     return module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("module_name", "result"), sorted(EXPECTED), ids=[r for _, r in sorted(EXPECTED)])
 def test_plots_are_drawn_again_from_the_json(module_name: str, result: str, results: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:

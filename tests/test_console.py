@@ -91,6 +91,7 @@ def upload(server: RunningServer, stream: str, body: str) -> None:
 # -- without Spark ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_home_page_links_to_the_console(server: RunningServer, page: Any) -> None:
     from playwright.sync_api import expect
 
@@ -238,6 +239,7 @@ def test_keyboard_only_and_labelled(server: RunningServer, page: Any) -> None:
     expect(page.locator("#query-status")).to_contain_text("Done")
 
 
+@pytest.mark.slow
 def test_without_the_token_the_console_is_read_only(page: Any, tmp_path: Path) -> None:
     from playwright.sync_api import expect
 

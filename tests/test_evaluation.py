@@ -233,6 +233,7 @@ def test_blank_nodes_cross_parts_and_come_back(app: Flask, client: FlaskClient) 
     assert rows[0]["o"] == str(quad.subject)  # the dataset's own label: joins with it stay possible
 
 
+@pytest.mark.slow
 def test_service_in_process_equals_http(tmp_path: Path) -> None:
     with running_server(["--no-pipeline"]) as server:
         url = f"{server.url}/streams/s"

@@ -207,6 +207,7 @@ def test_a_rule_matches_only_what_arrives_after_it(http: Http) -> None:
 
 # --- exactly once across restarts -------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_matches_survive_a_restart_exactly_once(tmp_path: Path) -> None:
     data = tmp_path / "data"
     with running_server(["--no-pipeline"], data_dir=data) as server:

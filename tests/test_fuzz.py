@@ -93,30 +93,35 @@ def test_fuzz_window_ref_arbitrary_text(text: str) -> None:
     check_window_ref(text)
 
 
+@pytest.mark.slow
 @FAST
 @given(query_inputs())
 def test_fuzz_parse_extended(text: str) -> None:
     check_parse_extended(text)
 
 
+@pytest.mark.slow
 @FAST
 @given(query_inputs())
 def test_fuzz_checked_query(text: str) -> None:
     check_checked_query(text)
 
 
+@pytest.mark.slow
 @HTTP
 @given(trig_inputs)
 def test_fuzz_stream_upload_trig(server: Server, body: str) -> None:
     check_stream_upload(server, body, "application/trig")
 
 
+@pytest.mark.slow
 @HTTP
 @given(nquads_inputs)
 def test_fuzz_stream_upload_nquads(server: Server, body: str) -> None:
     check_stream_upload(server, body, "application/n-quads")
 
 
+@pytest.mark.slow
 @HTTP
 @given(turtle_inputs, st.sampled_from(["POST", "PUT"]))
 def test_fuzz_store_turtle(server: Server, body: str, method: str) -> None:
@@ -135,6 +140,7 @@ def test_fuzz_time_parameters(server: Server, params: tuple[str, str]) -> None:
     check_time_param(server, *params)
 
 
+@pytest.mark.slow
 @HTTP
 @given(deep_texts())
 def test_fuzz_deeply_nested_queries_and_updates(server: Server, text: str) -> None:

@@ -246,6 +246,7 @@ def expected_fixture_elements(*extra: str) -> set[str]:
     return found
 
 
+@pytest.mark.slow
 def test_follow_a_hand_written_ldes_across_a_restart(fixture: tuple[Fixture, str], tmp_path: Path) -> None:
     served, base = fixture
     data = tmp_path / "b"
@@ -307,6 +308,7 @@ def upload(url: str, names_and_seconds: list[tuple[str, int]]) -> None:
     assert r.status_code == 200, r.text
 
 
+@pytest.mark.slow
 def test_a_stream_follows_another_servers_stream_exactly_once(tmp_path: Path) -> None:
     with running_server(["--no-pipeline"]) as a:
         source = f"{a.url}/streams/a"

@@ -89,6 +89,7 @@ def history(client: FlaskClient) -> list[tuple[str, datetime, datetime]]:
     return steps
 
 
+@pytest.mark.slow
 def test_graph_timemap_lists_the_revisions_that_wrote_it(client: FlaskClient, history: list) -> None:
     r = client.get(GRAPH, headers={"Accept": LINK_FORMAT})
     assert r.status_code == 200, r.text

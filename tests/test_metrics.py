@@ -187,6 +187,7 @@ def test_metrics_match_status_for_streams_uploads_and_subscribers(server: Runnin
     assert abs(resident - status["process"]["resident_memory_bytes"]) < 0.2 * resident
 
 
+@pytest.mark.slow
 def test_metrics_is_a_read_open_without_the_write_token(tmp_path: Path) -> None:
     with running_server(["--no-pipeline", "--token", "s3cret"]) as secured:
         assert requests.get(f"{secured.url}/metrics", timeout=10).status_code == 200

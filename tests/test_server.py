@@ -128,6 +128,7 @@ def impatient() -> Iterator[str]:
         yield running.url
 
 
+@pytest.mark.slow
 def test_headers_past_the_deadline_get_a_408_and_the_connection_is_closed(impatient: str) -> None:
     with stalled_connections(impatient, 1) as [partial], \
             stalled_connections(impatient, 1, b"") as [silent]:
@@ -170,6 +171,7 @@ def test_headers_sent_slowly_within_the_deadline_are_served(impatient: str) -> N
         assert answer.count(b"HTTP/1.1 200 OK\r\n") == 2, answer[:300]
 
 
+@pytest.mark.slow
 def test_a_long_upload_is_not_cut_by_the_header_deadline(impatient: str) -> None:
     # the deadline bounds the headers only: a body that trickles for 3 s (three times the deadline) is all stored
     url = impatient + "/streams/trickle"

@@ -228,6 +228,7 @@ def test_element_visible_before_a_chunked_upload_ends(server: RunningServer) -> 
     assert hr_values(url) == [70, 71, 72]
 
 
+@pytest.mark.slow
 def test_a_live_upload_that_never_ends_gets_its_refusal(server: RunningServer) -> None:
     # A sensor's endless chunked upload sends an out-of-order element and keeps sending: the server must not
     # wait for the body's end (there is none) to answer; it answers within seconds and closes.

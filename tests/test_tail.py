@@ -130,6 +130,7 @@ def test_waiting_is_said_on_a_terminal(server: RunningServer) -> None:
     assert process.stdout is not None and process.stdout.read() == b""
 
 
+@pytest.mark.slow
 def test_waiting_is_not_said_in_a_pipe(server: RunningServer) -> None:
     wait_registered(server, 0)
     process = subprocess.Popen([sys.executable, "-m", "concentrator", "tail", f"{server.url}/streams/hr",

@@ -61,6 +61,7 @@ def server() -> Iterator[RunningServer]:
         yield running
 
 
+@pytest.mark.slow
 def test_a_trig_file_is_uploaded_element_by_element_every_literal_kept(server: RunningServer, tmp_path: Path) -> None:
     file = tmp_path / "hr.trig"
     file.write_text("""@prefix ex: <http://ex/> .
@@ -95,6 +96,7 @@ ex:e3 { ex:o3 ex:hr "072"^^xsd:integer . }
     }
 
 
+@pytest.mark.slow
 def test_an_nquads_file_with_its_format_given_and_a_write_token(tmp_path: Path) -> None:
     file = tmp_path / "readings.txt"
     file.write_text(readings(5), encoding="utf-8")
@@ -109,6 +111,7 @@ def test_an_nquads_file_with_its_format_given_and_a_write_token(tmp_path: Path) 
         assert records(secured, "hr") == [(i + 1, f"<http://ex/e{i}>") for i in range(5)]
 
 
+@pytest.mark.slow
 def test_the_upload_resumes_after_the_server_crashed(tmp_path: Path) -> None:
     """20,000 elements in batches of 500; the server is killed (SIGKILL) once 1,000 are committed and started again
     on the same port and data: the upload goes on, and the stream ends with each element once, in order."""
@@ -144,6 +147,7 @@ def test_the_upload_resumes_after_the_server_crashed(tmp_path: Path) -> None:
     ("unknown-extension", [], 2, "concentrator upload: {file}: cannot tell its format from '.rdf': give --format "
                                  "trig or --format nquads\n"),
 ], ids=["missing", "bad-format-option", "unknown-extension"])
+@pytest.mark.slow
 def test_bad_command_lines_exit_2(make: str | None, args: list[str], code: int, message: str | None,
                                   tmp_path: Path, server: RunningServer) -> None:
     file = tmp_path / ("data.rdf" if make == "unknown-extension" else "data.nq")
@@ -203,6 +207,7 @@ def test_a_syntax_error_in_the_file_sends_what_came_before_it(tmp_path: Path, se
     assert records(server, "broken") == [(1, "<http://ex/e0>")]
 
 
+@pytest.mark.slow
 def test_a_progress_bar_on_a_terminal(tmp_path: Path, server: RunningServer) -> None:
     file = tmp_path / "bar.nq"
     file.write_text(readings(3000), encoding="utf-8")

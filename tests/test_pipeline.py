@@ -63,7 +63,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     pipeline.start()
     assert pipeline.ready.is_set()
     yield Env(catalog, pipeline)
-    pipeline.stop(stop_session=True)
+    pipeline.stop()  # the session stays: the next module of this test worker that drives Spark reuses it
     catalog.close()
 
 

@@ -1,13 +1,13 @@
 """The ``element_log`` Spark source (exactly once across batches and restarts) and window assignment.
 
-One Spark session for the module: starting one costs 5–15 s on this machine.
+One Spark session for the module, left running for the next module of this test worker that drives Spark: starting
+one costs 5–15 s on this machine.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,10 +38,10 @@ M = 60 * S
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session(SparkSettings(app_name="test-spark-source"))
-    yield session
-    session.stop()
+def spark() -> SparkSession:
+    """The process-wide session (``getOrCreate``), left running for the next module of this test worker that drives
+    Spark: a start costs ≈ 10 s here."""
+    return spark_session(SparkSettings(app_name="test-spark-source"))
 
 
 # ------------------------------------------------------------------------------------------- log helpers

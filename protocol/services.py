@@ -164,6 +164,7 @@ class Services:
     def close(self) -> None:
         if self.event_rules is not None:  # they append to streams: stopped (their state saved) first
             self.event_rules.close()
+        self.rules.flush_statuses()
         self.streams.close()
         self.dataset.close()
 

@@ -383,6 +383,12 @@ class RuleRegistry:
             unsaved, self._unsaved = list(self._unsaved.values()), {}
         self.save_statuses(unsaved)
 
+    def flush_statuses(self) -> None:
+        """Write the statuses ``save_status`` held back (a clean stop loses no counter)."""
+        with self._status_lock:
+            unsaved, self._unsaved = list(self._unsaved.values()), {}
+        self.save_statuses(unsaved)
+
     def reading(self, stream: str, sequence: str) -> list[Rule]:
         """The rules fired by a window of ``sequence`` on ``stream``."""
         with self._lock:

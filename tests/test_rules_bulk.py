@@ -219,6 +219,20 @@ def test_save_status_writes_at_most_once_a_second(registry: RuleRegistry, monkey
     assert len(calls) <= 1 + int(elapsed), (len(calls), elapsed)  # not one write per call (100)
 
 
+
+
+def test_statuses_held_back_are_written_at_a_clean_stop(registry: RuleRegistry, monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    monkeypatch.setattr("rules.registry.STATUS_SAVE_SECONDS", 3600.0)  # however slow the machine, only one write
+    registry.put_many([RuleSpec(f"r{j}", rule_text(BASE, "a", j), "out", BASE) for j in range(3)])
+    for _ in range(2):
+        for rule in registry.rules():
+            rule.status.firings += 1
+            registry.save_status(rule)  # the first call writes; the others are held back (within a second)
+    assert [r.status.firings for r in RuleRegistry(registry.directory, registry.evaluator).rules()] != [2, 2, 2]
+    registry.flush_statuses()  # what a clean stop does (protocol.services.Services.close)
+    assert [r.status.firings for r in RuleRegistry(registry.directory, registry.evaluator).rules()] == [2, 2, 2]
+
 def test_the_journal_is_compacted_as_it_grows(registry: RuleRegistry) -> None:
     registry.put_many([RuleSpec(f"r{j}", rule_text(BASE, "a", j), "out", BASE) for j in range(10)])
     rule = registry.get("r3")

@@ -10,6 +10,7 @@ in its ``ordinal`` column the last element ordinal before it; an element's row c
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
@@ -174,7 +175,14 @@ def read_range(stream: str, directory: Path, start: int, end: int) -> Iterator[p
 _JSON_SCHEMA = pa.schema([("o", pa.int64()), ("t", pa.int64()), ("g", pa.string()), ("c", pa.int64()),
                           ("d", pa.int64()), ("n", pa.int64()), ("p", pa.int64()), ("r", pa.string()),
                           ("h", pa.int64())])
-_KINDS = pa.array(["element", "punctuation", "registration"], pa.string())
+
+
+@functools.cache
+def _kinds() -> pa.Array:
+    """The record kinds as an Arrow array, made on first use: ``pa.array`` makes pyarrow import pandas (≈ 0.4 s of CPU)
+    to ask whether its input is a pandas object, and Spark's planner processes, which import this module but decode
+    nothing, need not pay for it."""
+    return pa.array(["element", "punctuation", "registration"], pa.string())
 
 
 def _decode_block(stream: str, segment: int, position: int, block: bytes) -> pa.RecordBatch | None:
@@ -204,7 +212,7 @@ def _decode_block(stream: str, segment: int, position: int, block: bytes) -> pa.
     nulls = pa.nulls(n, pa.int64())
     batch = pa.RecordBatch.from_arrays([
         pa.array(np.full(n, stream, dtype=object), pa.string()),
-        _KINDS.take(pa.array(np.where(code < 0, 0, code))),
+        _kinds().take(pa.array(np.where(code < 0, 0, code))),
         pc.if_else(element, col["o"], pc.if_else(registration, col["h"], nulls)),
         pc.if_else(element, col["t"], pc.if_else(punctuation, col["p"], nulls)).cast(ARROW_SCHEMA.field("time").type),
         pc.if_else(registration, col["r"], pa.nulls(n, pa.string())),

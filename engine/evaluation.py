@@ -283,7 +283,7 @@ class ExtendedEvaluator:
     @staticmethod
     def _stream_target(stream: Stream, selected: SelectedWindow, base_iri: str | None) -> QueryTarget:
         return QueryTarget(stream.window_store(selected.ordinals), None, None, selected.commit, base_iri, None,
-                           stream, elements_key(stream, selected.ordinals))
+                           stream, elements_key(stream, selected))
 
     def check_reachable(self, iri: str) -> None:
         """Refuse a SERVICE IRI whose host is not on the allowlist (a rule or query must not probe other
@@ -424,11 +424,15 @@ class ExtendedEvaluator:
 
 # -- helpers ------------------------------------------------------------------------------------------------
 
-def elements_key(stream: Stream, ordinals: list[int]) -> str:
-    """A key naming exactly these elements of ``stream`` (its identity, and the ordinals as runs ``a-b``)."""
+def elements_key(stream: Stream, selected: SelectedWindow) -> str:
+    """A key naming exactly the selected elements of ``stream``: its identity, then the window revision's UUID (a
+    revision's elements never change) or, for a selection that is not a window revision, the ordinals as runs."""
+    identity = f"{stream.config.name}/{stream.config.uuid_prefix:x}"
+    if selected.revision_id is not None:
+        return f"{identity}@{selected.revision_id}"
     runs: list[str] = []
     first = previous = None
-    for ordinal in ordinals:
+    for ordinal in selected.ordinals:
         if previous is not None and ordinal == previous + 1:
             previous = ordinal
             continue
@@ -437,7 +441,7 @@ def elements_key(stream: Stream, ordinals: list[int]) -> str:
         first = previous = ordinal
     if first is not None:
         runs.append(f"{first}-{previous}")
-    return f"{stream.config.name}/{stream.config.uuid_prefix:x}:{','.join(runs)}"
+    return f"{identity}:{','.join(runs)}"
 
 
 def _then(micros: int | None) -> Callable[[], Literal | None]:

@@ -162,14 +162,6 @@ class RuleRunner:
         reporter = self._reporters.setdefault(key, Reporter(rule.report_spec))
         return type(result)(reporter.report(revision.end, list(result), revision.count) or [])
 
-    def fire(self, rule: Rule, stream: Stream, revision: WindowRevision, evaluated: TaskResult | None = None) -> int:
-        """Evaluate ``rule`` over the window that completed (or take what an executor ``evaluated``), commit its
-        outputs and mark the firing; returns the output elements appended."""
-        with self._lock:
-            firing = self._fire(rule, stream, revision, evaluated)
-            self._settle([firing])
-        return firing.outputs if firing.output is not None else 0
-
     def _fire(self, rule: Rule, stream: Stream, revision: WindowRevision, evaluated: TaskResult | None) -> _Firing:
         """Evaluate one firing and queue its outputs on the output stream (committed by ``_settle``). A firing that
         waits for another input's window, or fails, is recorded in the rule's status here."""

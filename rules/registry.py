@@ -380,8 +380,7 @@ class RuleRegistry:
             if now - self._status_written < STATUS_SAVE_SECONDS:
                 return
             self._status_written = now
-            unsaved, self._unsaved = list(self._unsaved.values()), {}
-        self.save_statuses(unsaved)
+        self.flush_statuses()
 
     def flush_statuses(self) -> None:
         """Write the statuses ``save_status`` held back (a clean stop loses no counter)."""

@@ -22,7 +22,7 @@ serve: $(VENV)/installed  ## install, then run the server on an on-disk store in
 	$(VENV)/bin/concentrator serve --data $(DATA) --host $(HOST) --port $(PORT) --rules $(RULES)
 
 test: $(VENV)/installed  ## install, then run the whole test suite (conformance included), on two workers (a file per worker)
-	$(VENV)/bin/python -m pytest -n 2 --dist loadfile
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 test-fast: $(VENV)/installed  ## the tests that need no JVM (no Spark, no Jena) and are not marked slow: ≈ 40 s
 	$(VENV)/bin/python -m pytest -m "not jvm and not slow" -n 2

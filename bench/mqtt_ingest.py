@@ -31,12 +31,12 @@ from datetime import UTC, datetime
 import paho.mqtt.client as mqtt
 import requests
 from paho.mqtt.enums import CallbackAPIVersion
-from simple_websocket import Client as WebSocket
 
 from bench import harness
 from bench.harness import Measurement, print_table, write_json
 from conformance.mqtt_broker import running_broker, skip_reason_mosquitto
 from conformance.server import RunningServer, running_server
+from conformance.websocket_client import Client as WebSocket
 
 BENCH_NAME = "mqtt_ingest"
 PROV = "<http://www.w3.org/ns/prov#generatedAtTime>"

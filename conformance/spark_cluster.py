@@ -25,6 +25,7 @@ import pyspark
 import requests
 
 from conformance.server import free_port, tail
+from pipeline.spark import local_daemon_java_options
 
 STARTUP_TIMEOUT = 90.0
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
@@ -52,7 +53,9 @@ class StandaloneCluster:
 def _daemon(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
            # the workers' own logs and pid files stay in the cluster's directory
-           "SPARK_LOG_DIR": str(log_path.parent), "SPARK_PID_DIR": str(log_path.parent)}
+           "SPARK_LOG_DIR": str(log_path.parent), "SPARK_PID_DIR": str(log_path.parent),
+           # C1 only and the driver's class-data archive, as the server gives its executors on this machine
+           "SPARK_DAEMON_JAVA_OPTS": local_daemon_java_options()}
     with log_path.open("wb") as log:
         return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *args], stdout=log, stderr=log, env=env,
                                 start_new_session=True)

@@ -37,6 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -100,6 +101,7 @@ class WindowPipeline:
         self.checkpoint = data_dir / "spark" / "checkpoint"
         self.ready = threading.Event()  # set once the query runs (session start takes seconds)
         self.spark: SparkSession | None = None
+        self._owns_session = False  # whether start() created the process-wide session (or found one running)
         self._query: StreamingQuery | None = None
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
@@ -115,6 +117,7 @@ class WindowPipeline:
         """Create the session and start the query (blocking, ~6 s the first time in a process)."""
         try:
             self._restart_from_scratch_if_asked()
+            self._owns_session = SparkContext._active_spark_context is None
             self.spark = spark_session(self.settings)
             self.root.mkdir(parents=True, exist_ok=True)
             if self.warm_up:
@@ -185,7 +188,8 @@ class WindowPipeline:
         return thread
 
     def stop(self, *, stop_session: bool = False, timeout: float = 30.0) -> None:
-        """Stop between batches (never cutting one); the session is kept unless asked (it is process-wide)."""
+        """Stop between batches (never cutting one). The session is process-wide: ``stop_session`` stops it only if
+        this pipeline's start created it (a session that was running before, e.g. a test module's, is kept)."""
         self._stopping.set()
         query = self._query
         if query is not None:
@@ -193,7 +197,7 @@ class WindowPipeline:
         if self._supervisor is not None:
             self._supervisor.join(timeout)
         self.ready.clear()
-        if stop_session and self.spark is not None:
+        if stop_session and self._owns_session and self.spark is not None:
             self.spark.stop()
             self.spark = None
 

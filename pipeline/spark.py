@@ -109,6 +109,9 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
     if settings.class_archive and "spark.driver.extraJavaOptions" not in settings.conf:
         archive = class_archive_options(class_archive_path())
         conf["spark.driver.extraJavaOptions"] = f"{conf['spark.driver.extraJavaOptions']} {archive}"
+    if not settings.master.startswith("local") and is_on_this_machine(settings.master) \
+            and "spark.executor.extraJavaOptions" not in settings.conf:
+        conf["spark.executor.extraJavaOptions"] = local_daemon_java_options(settings.class_archive)
     builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -132,6 +135,18 @@ def class_archive_path() -> Path:
     cache = os.environ.get("CONCENTRATOR_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
                                                          "concentrator")
     return Path(cache) / f"spark-{pyspark.__version__}-{key[:12]}.jsa"
+
+
+def local_daemon_java_options(class_archive: bool = True) -> str:
+    """JVM options for Spark's executors and daemons on this machine (a cluster on one host): C1 only, as the driver
+    (their work is per-batch overhead too), and the driver's class-data archive if it exists (never a dump of their
+    own). Measured with the cluster test's replay (a master, two workers, two executors): 45 CPU-seconds without
+    them, 23 with both (≈ 10 s less for each)."""
+    options = "-XX:TieredStopAtLevel=1"
+    archive = class_archive_path()
+    if class_archive and archive.exists():
+        options += f" -XX:SharedArchiveFile={archive} -Xshare:auto -Xlog:cds*=off -Xlog:cds+dynamic*=off"
+    return options
 
 
 #: A dump older than this whose writer is gone is complete (the JVM writes it in a second or two at its exit).

@@ -37,13 +37,17 @@ def element(i: int) -> bytes:
             f'<urn:test:m{i}> {{ <urn:test:ward> <urn:test:reading> {i} . }}\n').encode()
 
 
-@pytest.fixture
-def broker() -> Iterator[Mosquitto]:
+def _skip_without_mosquitto() -> None:
     reason = skip_reason_mosquitto()
     if reason is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(reason)  # CI installs it (.ci/install-clients): never skip there
         pytest.skip(reason)
+
+
+@pytest.fixture
+def broker() -> Iterator[Mosquitto]:
+    _skip_without_mosquitto()
     with running_broker() as running:
         yield running
 
@@ -208,50 +212,54 @@ def test_1000_messages_are_1000_elements_across_a_broker_restart_and_a_server_cr
 
 
 @pytest.mark.jvm
-def test_window_results_arrive_on_a_topic_one_message_per_window(broker: Mosquitto) -> None:
-    dashboard = Client(broker, subscribe="ward/hr/windows")
-    alerts = Client(broker, subscribe="ward/hr/alerts")
-    with running_server(["--mqtt", broker.url]) as server:
-        url = f"{server.url}/streams/hr"
-        assert requests.put(url, timeout=10).status_code == 201
-        assert requests.post(url, data=element(0), headers={"Content-Type": "application/trig"}, timeout=30).ok
-        query = "SELECT (SUM(?v) AS ?sum) WHERE { GRAPH ?g { ?s <urn:test:reading> ?v } }"
-        publication = {"topic": "ward/hr/windows", "windows": "R/HEAD/PT10S", "query": query,
-                       "format": "text/csv"}
-        response = requests.put(f"{url}/publications/sums", json=publication, timeout=10)
-        assert response.status_code == 201, response.text
-        # a rule over the same windows whose output elements are published: an alert where the sum passes 10
-        rule = (f"CONSTRUCT {{ GRAPH ?e {{ ?e <urn:test:sum> ?sum }} ?e <{PROV}> ?t }} WHERE {{ "
-                f"SERVICE <{url}?WINDOWS=R/HEAD/PT10S> {{ SELECT (SUM(?v) AS ?sum) (MAX(?time) AS ?t) WHERE {{ "
-                f"?g <{PROV}> ?time GRAPH ?g {{ ?s <urn:test:reading> ?v }} }} }} "
-                "FILTER(?sum > 10) BIND(IRI(CONCAT('urn:test:alert/', STR(?t))) AS ?e) }")
-        response = requests.put(f"{server.url}/rules/alerts", data=rule, timeout=30,
-                                params={"output": "alerts", "publish": "ward/hr/alerts"},
-                                headers={"Content-Type": "application/sparql-query"})
-        assert response.status_code == 201, response.text
-        assert dashboard.subscribed.wait(10) and alerts.subscribed.wait(10)
-        # t0 = HEAD = element 0 (T0): windows [0,10) {0, 4}, [10,20) {12, 15}, [20,30) {}, then 31 closes [20,30);
-        # SUM over no row is 0 (SPARQL 1.1 §18.5.1.3: Sum of the empty multiset)
-        body = b"".join(element(i) for i in (4, 12, 15, 31))
-        assert requests.post(url, data=body, headers={"Content-Type": "application/trig"}, timeout=30).ok
-        wait_until(lambda: len(dashboard.received) >= 3, 90, lambda: (status(server)["mqtt"], server.log_tail()))
-        time.sleep(1)
-        messages = dashboard.received
-        assert [m.payload.decode().split() for m in messages] == [["sum", "4"], ["sum", "27"], ["sum", "0"]]
-        headers = [dict(m.properties.UserProperty) for m in messages]  # type: ignore[union-attr]
-        assert [h["Window-Index"] for h in headers] == ["0", "1", "2"]
-        assert [(h["Window-Start"], h["Window-End"]) for h in headers] == [
-            (stamp(0), stamp(10)), (stamp(10), stamp(20)), (stamp(20), stamp(30))]
-        assert all(m.properties.ContentType == "text/csv" for m in messages)  # type: ignore[union-attr]
-        described = requests.get(f"{url}/publications/sums", timeout=10).json()
-        assert described["messages"] == 3 and described["next_window"] == 3
-        # the rule fired on [10,20) only (sum 27 > 10): one output element, published with its headers
-        wait_until(lambda: len(alerts.received) >= 1, 30, lambda: status(server)["mqtt"])
-        time.sleep(1)
-        assert len(alerts.received) == 1
-        alert = alerts.received[0]
-        assert b"<urn:test:alert/2024-01-01T00:00:15Z> {" in alert.payload and b"27" in alert.payload
-        assert dict(alert.properties.UserProperty)["Element-Ordinal"] == "1"  # type: ignore[union-attr]
+def test_window_results_arrive_on_a_topic_one_message_per_window(spark_server: RunningServer,
+                                                                   shared_broker: Mosquitto | None) -> None:
+    # the test worker's shared Spark server and its broker (tests/conftest.py): names and topics of this test's own
+    _skip_without_mosquitto()
+    assert shared_broker is not None
+    broker, server = shared_broker, spark_server
+    dashboard = Client(broker, subscribe="ward/mqtt-hr/windows")
+    alerts = Client(broker, subscribe="ward/mqtt-hr/alerts")
+    url = f"{server.url}/streams/mqtt-hr"
+    assert requests.put(url, timeout=10).status_code == 201
+    assert requests.post(url, data=element(0), headers={"Content-Type": "application/trig"}, timeout=30).ok
+    query = "SELECT (SUM(?v) AS ?sum) WHERE { GRAPH ?g { ?s <urn:test:reading> ?v } }"
+    publication = {"topic": "ward/mqtt-hr/windows", "windows": "R/HEAD/PT10S", "query": query,
+                   "format": "text/csv"}
+    response = requests.put(f"{url}/publications/sums", json=publication, timeout=10)
+    assert response.status_code == 201, response.text
+    # a rule over the same windows whose output elements are published: an alert where the sum passes 10
+    rule = (f"CONSTRUCT {{ GRAPH ?e {{ ?e <urn:test:sum> ?sum }} ?e <{PROV}> ?t }} WHERE {{ "
+            f"SERVICE <{url}?WINDOWS=R/HEAD/PT10S> {{ SELECT (SUM(?v) AS ?sum) (MAX(?time) AS ?t) WHERE {{ "
+            f"?g <{PROV}> ?time GRAPH ?g {{ ?s <urn:test:reading> ?v }} }} }} "
+            "FILTER(?sum > 10) BIND(IRI(CONCAT('urn:test:alert/', STR(?t))) AS ?e) }")
+    response = requests.put(f"{server.url}/rules/mqtt-alerts", data=rule, timeout=30,
+                            params={"output": "mqtt-alerts", "publish": "ward/mqtt-hr/alerts"},
+                            headers={"Content-Type": "application/sparql-query"})
+    assert response.status_code == 201, response.text
+    assert dashboard.subscribed.wait(10) and alerts.subscribed.wait(10)
+    # t0 = HEAD = element 0 (T0): windows [0,10) {0, 4}, [10,20) {12, 15}, [20,30) {}, then 31 closes [20,30);
+    # SUM over no row is 0 (SPARQL 1.1 §18.5.1.3: Sum of the empty multiset)
+    body = b"".join(element(i) for i in (4, 12, 15, 31))
+    assert requests.post(url, data=body, headers={"Content-Type": "application/trig"}, timeout=30).ok
+    wait_until(lambda: len(dashboard.received) >= 3, 90, lambda: (status(server)["mqtt"], server.log_tail()))
+    time.sleep(1)
+    messages = dashboard.received
+    assert [m.payload.decode().split() for m in messages] == [["sum", "4"], ["sum", "27"], ["sum", "0"]]
+    headers = [dict(m.properties.UserProperty) for m in messages]  # type: ignore[union-attr]
+    assert [h["Window-Index"] for h in headers] == ["0", "1", "2"]
+    assert [(h["Window-Start"], h["Window-End"]) for h in headers] == [
+        (stamp(0), stamp(10)), (stamp(10), stamp(20)), (stamp(20), stamp(30))]
+    assert all(m.properties.ContentType == "text/csv" for m in messages)  # type: ignore[union-attr]
+    described = requests.get(f"{url}/publications/sums", timeout=10).json()
+    assert described["messages"] == 3 and described["next_window"] == 3
+    # the rule fired on [10,20) only (sum 27 > 10): one output element, published with its headers
+    wait_until(lambda: len(alerts.received) >= 1, 30, lambda: status(server)["mqtt"])
+    time.sleep(1)
+    assert len(alerts.received) == 1
+    alert = alerts.received[0]
+    assert b"<urn:test:alert/2024-01-01T00:00:15Z> {" in alert.payload and b"27" in alert.payload
+    assert dict(alert.properties.UserProperty)["Element-Ordinal"] == "1"  # type: ignore[union-attr]
     dashboard.close()
     alerts.close()
 

@@ -13,12 +13,14 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pyoxigraph import RdfFormat, Store
 
 import concentrator.replay as replay_module
+from concentrator.cli import main
 
 pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
 
@@ -28,7 +30,17 @@ UUID = "urn:uuid:6f1c5d1e-2b7a-4c1e-9a51-000000000"
 OBS = "http://hl7/org/fhir/Observation."
 
 
-def test_replay_connected_patient(tmp_path: Path) -> None:
+@pytest.fixture(scope="module", autouse=True)
+def spark() -> Iterator[None]:
+    """One Spark session for the module's replays (a replay keeps a session it did not start: it is process-wide,
+    and the next test module of this worker that drives Spark reuses it too)."""
+    from pipeline.spark import SparkSettings, spark_session
+
+    spark_session(SparkSettings(app_name="test-replay"))
+    yield
+
+
+def test_replay_connected_patient(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     generate = [sys.executable, str(EXAMPLE / "generate.py")]
     (tmp_path / "activity-pat2.trig").write_bytes(subprocess.run(
         [*generate, "activity", "--values", "5,4,5,3", "--repeat", "--count", "20", "--every", "PT1M"],
@@ -39,12 +51,11 @@ def test_replay_connected_patient(tmp_path: Path) -> None:
     out = tmp_path / "out.trig"
     aliases = [f"--alias={name}={UUID}{number}" for name, number in (
         ("hr-pat2", "201"), ("activity-pat2", "202"), ("hr-pat3", "301"), ("activity-pat3", "302"))]
-    done = subprocess.run([sys.executable, "-m", "concentrator", "replay", str(tmp_path / "hr-pat2.trig"),
-                           str(tmp_path / "activity-pat2.trig"), "--rules", str(EXAMPLE / "rules"),
-                           "--base", str(EXAMPLE / "base.trig"), *aliases, "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "output elements written" in done.stdout and "alerts: 8" in done.stdout and "pages: 8" in done.stdout
+    status = main(["replay", str(tmp_path / "hr-pat2.trig"), str(tmp_path / "activity-pat2.trig"), "--rules",
+                   str(EXAMPLE / "rules"), "--base", str(EXAMPLE / "base.trig"), *aliases, "--out", str(out)])
+    printed = capsys.readouterr()
+    assert status == 0, printed.err[-3000:]
+    assert "output elements written" in printed.out and "alerts: 8" in printed.out and "pages: 8" in printed.out
     store = Store()
     store.load(path=str(out), format=RdfFormat.TRIG)
     alerts = [(str(r["effective"].value), r["avg"].value) for r in store.query(

@@ -5,15 +5,20 @@ and a continuous response (one message per window), each with a disconnect and a
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import requests
-from simple_websocket import Client, ConnectionClosed
+from simple_websocket import ConnectionClosed
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, Request, TextMessage
 
 from conformance.server import RunningServer, running_server
+from conformance.websocket_client import Client
 
 pytestmark = pytest.mark.slow
 
@@ -141,3 +146,23 @@ def test_continuous_response_one_message_per_window_a_disconnect_and_a_resume(sp
     live = answer(ws)
     assert (live["Window-Index"], live["body"].split()) == ("4", ["g", "http://ex/f"])
     ws.close()
+
+
+def test_the_client_gets_a_message_that_came_with_the_handshake_answer() -> None:
+    """conformance/websocket_client.py: a server's first message sent in the same segment as its handshake answer
+    is received at once (simple-websocket's own client holds it until the server's next ping, 25 s later)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        protocol = WSConnection(ConnectionType.SERVER)
+        while not any(isinstance(event, Request) for event in protocol.events()):
+            protocol.receive_data(connection.recv(4096))
+        connection.sendall(protocol.send(AcceptConnection()) + protocol.send(TextMessage(data="hello")))
+        time.sleep(3)
+        connection.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    ws = Client.connect(f"ws://127.0.0.1:{listener.getsockname()[1]}/")
+    assert ws.receive(timeout=2) == "hello"
+    listener.close()

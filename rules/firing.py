@@ -217,7 +217,9 @@ class RuleRunner:
         for firing in firings:
             rule, output = firing.rule, firing.output
             if output is not None and output.config.name in failed:
-                self._failed(firing, failed[output.config.name])
+                # not marked fired: its outputs are not durable, so the firing is repeated at the next start
+                # (catch_up), once the output stream is opened anew
+                self._failed(firing, failed[output.config.name], mark=False)
             elif output is not None:
                 status = rule.status
                 status.firings += 1
@@ -233,10 +235,13 @@ class RuleRunner:
                 status.last_error = None
         self.registry.save_statuses(list({id(f.rule): f.rule for f in firings}.values()))  # one durable write
 
-    def _failed(self, firing: _Firing, error: Exception) -> None:
+    def _failed(self, firing: _Firing, error: Exception, *, mark: bool = True) -> None:
+        """Record a failed firing; ``mark`` it fired (a rule that fails on a window is not run on it again) unless
+        what failed was the commit of its outputs."""
         status = firing.rule.status
         status.failures += 1
-        self._mark_fired(firing.rule, firing.stream, firing.revision)
+        if mark:
+            self._mark_fired(firing.rule, firing.stream, firing.revision)
         status.last_error = f"{type(error).__name__}: {error}"
         status.last_window = firing.where
         status.log = [*status.log, f"{format_micros(now_micros())} {firing.where}: {status.last_error}"][-LOG_KEEP:]

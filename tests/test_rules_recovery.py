@@ -103,3 +103,31 @@ def test_a_new_rule_does_not_fire_on_history(tmp_path: Path) -> None:
     registry.put("count", RULE, "counts", BASE)  # registered after window 0 completed
     assert runner.catch_up() == 0 and len(catalog.get("counts")) == 0
     stop(catalog, registry)
+
+
+def test_a_firing_whose_output_commit_fails_is_not_marked_and_fires_again_after_a_restart(tmp_path: Path) -> None:
+    catalog, registry, runner = parts(tmp_path)
+    catalog.put(StreamConfig("hr"))
+    rule, _ = registry.put("count", RULE, "counts", BASE)
+    registry.put("count-too", RULE, "others", BASE)  # its output stream commits: its firing stands
+    sequence = rule.inputs[0].sequence
+    hr = catalog.get("hr")
+    materialize(hr, sequence, 0, feed(hr, [0, 1, 2]))
+
+    def disk_full(batch: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    catalog.get("counts")._commit = disk_full  # type: ignore[method-assign]  # the output stream's next commit fails
+    runner.on_windows(hr, [hr.windows.latest(sequence)])  # type: ignore[list-item]
+    status = registry.get("count").status
+    assert (status.firings, status.failures, status.outputs) == (0, 1, 0)
+    assert "No space left on device" in (status.last_error or "")
+    assert registry.get("count").fired.get(f"hr/{sequence}", -1) == -1  # not marked: its output is not durable
+    assert registry.get("count-too").status.firings == 1 and len(catalog.get("others")) == 1
+    stop(catalog, registry)
+
+    catalog, registry, runner = parts(tmp_path)  # a restart (the failed stream is opened anew)
+    assert runner.catch_up() == 1  # window 0 for "count" only
+    assert len(catalog.get("counts")) == 1 and len(catalog.get("others")) == 1
+    assert registry.get("count").fired == {f"hr/{sequence}": 0}
+    stop(catalog, registry)

@@ -14,7 +14,11 @@ the connected-patient alert, executor-eligible). Each window is one firing, pinn
 Both must construct the same triples. Prints a table (firings/s, ratio to the driver) and the per-batch split
 (window copies in the driver vs the Spark job), and writes ``bench/results/rule_placement.json``.
 
-    python -m bench.rule_placement [--windows 64 --window 300 --batch 16] [--cluster]
+``--scaling`` compares cluster sizes in one run: a standalone cluster of two 1-core workers, the executors' firings
+measured with the application held to one worker (``spark.cores.max=1``) and with both, alternately (``--repeat``
+times, the best of each kept), beside the driver; it writes ``rule_placement_<rule>_scaling.json``.
+
+    python -m bench.rule_placement [--windows 64 --window 300 --batch 16] [--cluster | --scaling]
 """
 
 from __future__ import annotations
@@ -100,8 +104,11 @@ def firing(app: Flask, w: int, size: int) -> ExtendedEvaluator:
 
 
 def drop_copies(app: Flask) -> None:
-    """Each firing pays for copying its window (the stream keeps the latest few copies)."""
+    """Each firing pays for copying its window (the stream keeps the latest few copies) and for evaluating it: the
+    results the driver's static cache keeps per window (shared by the rules over one window) are dropped too, or a
+    round after the first would find every window's part evaluated already."""
     services_of(app).streams.get("hr")._window_stores.clear()
+    services_of(app).evaluator.cache._entries.clear()
 
 
 def run_driver(app: Flask, rule: str, windows: int, size: int) -> tuple[float, list[str]]:
@@ -159,7 +166,7 @@ def plots(document: dict[str, Any], name: str) -> list[Path]:
             for path in sorted(RESULTS_DIR.glob("rule_placement_*.json"))}
     groups = {}
     for run in runs.values():
-        if "measurements" not in run:
+        if "measurements" not in run or run["config"].get("scaling"):
             continue
         label = f"{run['config']['rule']}, " + ("2 workers" if run["config"].get("cluster") else
                                                 run["config"]["spark_master"])
@@ -171,6 +178,61 @@ def plots(document: dict[str, Any], name: str) -> list[Path]:
     return drawn
 
 
+def scaling(args: argparse.Namespace, name: str) -> None:
+    """1 worker against 2 (the same cluster, the application held to ``spark.cores.max`` cores), alternately."""
+    rule = RULES[args.rule]
+    best: dict[str, float] = {}
+    splits: dict[str, list[dict[str, float]]] = {"1 worker": [], "2 workers": []}
+    with tempfile.TemporaryDirectory() as tmp, standalone_cluster(workers=2, cores=1, memory="1g") as cluster:
+        app = build_app(Path(tmp) / "data", args.windows, args.window)
+        expected: list[str] = []
+        for _ in range(args.repeat):
+            seconds, expected = run_driver(app, rule, args.windows, args.window)
+            best["driver"] = min(best.get("driver", seconds), seconds)
+            for workers in (1, 2):
+                label = f"{workers} worker" + ("s" if workers > 1 else "")
+                spark = spark_session(SparkSettings(master=cluster.master_url, conf={"spark.cores.max": str(workers)}))
+                pool = ExecutorPool(lambda: spark)  # noqa: B023 - used within this iteration only
+                run_executors(app, pool, rule, args.batch, args.window, args.batch)  # warm-up: executors, workers
+                executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1  # minus the driver
+                assert executors == workers, f"{label}: {executors} executors"
+                times = []
+                for _ in range(args.rounds):
+                    seconds, outputs, batch_splits = run_executors(app, pool, rule, args.windows, args.window,
+                                                                   args.batch)
+                    assert outputs == expected, "executors constructed something else than the driver"
+                    times.append(seconds)
+                    splits[label].extend(batch_splits)
+                best[label] = min(best.get(label, statistics.median(times)), statistics.median(times))
+                spark.stop()
+    measurements = [Measurement("driver (in process, one by one)", best["driver"], args.windows, "firings")] + [
+        Measurement(f"executors, {label} (1 core each, {args.batch} per job)", best[label], args.windows, "firings")
+        for label in ("1 worker", "2 workers")]
+    print_table(f"Rule firings ({args.rule}): {args.windows} windows of {args.window} readings, 1 worker against 2 "
+                f"(best of {args.repeat} alternating runs, each the median of {args.rounds})", measurements,
+                measurements[1].name)
+    ratio = measurements[2].rate / measurements[1].rate
+    print(f"\n2 workers / 1 worker: {ratio:.2f}x")
+    payload: dict[str, Any] = {
+        "config": {k: v for k, v in vars(args).items() if k != "plot_only"},
+        "measurements": [m.to_dict() for m in measurements],
+        "ratio_2_workers_to_1": ratio,
+        "per_batch_ms": {label: {"copy": round(statistics.median(s["copy_s"] for s in found) * 1000, 1),
+                                 "job": round(statistics.median(s["job_s"] for s in found) * 1000, 1)}
+                         for label, found in splits.items()},
+    }
+    print(f"wrote {write_json(name, payload)}")
+    write_plots(scaling_plots, payload, name)
+
+
+def scaling_plots(document: dict[str, Any], name: str) -> list[Path]:
+    config = document["config"]
+    rates = {m["name"]: m["rate"] for m in document["measurements"]}
+    return [bar_plot(name, f"Rule {config['rule']} in Spark executors: 1 worker against 2 (1 core each), "
+                     f"{config['windows']} windows of {config['window']} readings",
+                     {config["rule"]: rates}, reference=document["measurements"][1]["name"], unit="firings/s")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, default=64)
@@ -180,12 +242,18 @@ def main() -> None:
     parser.add_argument("--rule", choices=sorted(RULES), default="aggregate")
     parser.add_argument("--spark-master", default="local[2]")
     parser.add_argument("--cluster", action="store_true", help="start a standalone master and two workers")
+    parser.add_argument("--scaling", action="store_true",
+                        help="executors on a cluster of 1 worker against 2 (1 core each), alternately")
+    parser.add_argument("--repeat", type=int, default=2, help="--scaling: alternations (the best of each is kept)")
     parser.add_argument("--plot-only", action="store_true",
                         help="measure nothing: draw the plots of this rule's (and --cluster's) JSON again")
     args = parser.parse_args()
-    name = f"rule_placement_{args.rule}" + ("_cluster" if args.cluster else "")
+    name = f"rule_placement_{args.rule}" + ("_cluster" if args.cluster else "_scaling" if args.scaling else "")
     if args.plot_only:
-        replot(plots, name)
+        replot(scaling_plots if args.scaling else plots, name)
+        return
+    if args.scaling:
+        scaling(args, name)
         return
     with tempfile.TemporaryDirectory() as tmp, master(args) as spark_master:
         app = build_app(Path(tmp) / "data", args.windows, args.window)

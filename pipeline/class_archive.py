@@ -44,7 +44,7 @@ def _write() -> int:
     from pyspark import SparkContext
 
     from pipeline.batches import WindowPipeline
-    from pipeline.spark import SparkSettings, _maps_safely, class_archive_path
+    from pipeline.spark import SparkSettings, class_archive_path, maps_safely
     from store.streams import StreamCatalog
 
     archive = class_archive_path()
@@ -64,7 +64,7 @@ def _write() -> int:
     if archive.exists() or not dump.exists():
         dump.unlink(missing_ok=True)
         return 0 if archive.exists() else 1
-    if not _maps_safely(dump):
+    if not maps_safely(dump):
         dump.unlink(missing_ok=True)
         return 1
     os.replace(dump, archive)

@@ -186,13 +186,13 @@ def _settle(dump: Path, archive: Path) -> None:
             return
     except PermissionError:
         return
-    if archive.exists() or dump.stat().st_size == 0 or not _maps_safely(dump):
+    if archive.exists() or dump.stat().st_size == 0 or not maps_safely(dump):
         dump.unlink(missing_ok=True)
     else:
         os.replace(dump, archive)
 
 
-def _maps_safely(dump: Path) -> bool:
+def maps_safely(dump: Path) -> bool:
     """Whether a JVM starts with ``dump`` mapped: a dump cut short (its JVM killed while writing it) makes the JVM
     crash as it maps it (SIGBUS), where a complete one that does not fit is merely ignored."""
     java_home = os.environ.get("JAVA_HOME")

@@ -5,11 +5,12 @@ static data (a threshold per patient); a rule joins each window with the static 
 the connected-patient alert, executor-eligible). Each window is one firing, pinned as the pipeline pins it.
 
 - **driver** (the baseline): ``ExtendedEvaluator.for_rule(…).query(rule)`` per firing, one after the other, in this
-  process — what ``RuleRunner.fire`` does in local mode.
+  process — what ``RuleRunner.on_windows`` does in local mode.
 - **executors**: the same firings as batches of ``--batch`` firings (a pipeline batch in which that many windows
-  completed, e.g. many streams or rules): the driver copies each window as N-Quads (``window_data``), the static
-  data is broadcast once, and ``ExecutorPool.run`` evaluates the batch as one Spark job on ``--spark-master``
-  (``local[2]`` by default; ``--cluster`` starts a standalone master and two workers on 127.0.0.1).
+  completed, e.g. many streams or rules): the driver says where each window's elements are in the element log
+  (``window_data``; the executors read them, as a server's on this machine do), the static data is broadcast
+  once, and ``ExecutorPool.run`` evaluates the batch as one Spark job on ``--spark-master`` (``local[2]`` by
+  default; ``--cluster`` starts a standalone master and two workers on 127.0.0.1).
 
 Both must construct the same triples. Prints a table (firings/s, ratio to the driver) and the per-batch split
 (window copies in the driver vs the Spark job), and writes ``bench/results/rule_placement.json``.
@@ -130,7 +131,7 @@ def run_executors(app: Flask, pool: ExecutorPool, rule: str, windows: int, size:
     static = pool.static(firing(app, 0, size))
     for first in range(0, windows, batch):
         began = time.perf_counter()
-        tasks = [RuleTask(w, rule, HOST, window_data(rule, HOST, firing(app, w, size)))
+        tasks = [RuleTask(w, rule, HOST, window_data(rule, HOST, firing(app, w, size), pool.reads_log))
                  for w in range(first, min(first + batch, windows))]
         copied = time.perf_counter()
         results = sorted(pool.run(tasks, static), key=lambda r: r.position)
@@ -192,7 +193,7 @@ def scaling(args: argparse.Namespace, name: str) -> None:
             for workers in (1, 2):
                 label = f"{workers} worker" + ("s" if workers > 1 else "")
                 spark = spark_session(SparkSettings(master=cluster.master_url, conf={"spark.cores.max": str(workers)}))
-                pool = ExecutorPool(lambda: spark)  # noqa: B023 - used within this iteration only
+                pool = ExecutorPool(lambda: spark, reads_log=True)  # noqa: B023 - used within this iteration only
                 run_executors(app, pool, rule, args.batch, args.window, args.batch)  # warm-up: executors, workers
                 executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1  # minus the driver
                 assert executors == workers, f"{label}: {executors} executors"
@@ -260,7 +261,7 @@ def main() -> None:
         rule = RULES[args.rule]
         assert ineligible_reason(rule, HOST, firing(app, 0, args.window)) is None
         spark = spark_session(SparkSettings(master=spark_master))
-        pool = ExecutorPool(lambda: spark)
+        pool = ExecutorPool(lambda: spark, reads_log=True)  # as the server's on this machine
         run_executors(app, pool, rule, args.batch, args.window, args.batch)  # warm-up: Python workers, broadcast
         driver_times, executor_times, all_splits = [], [], []
         for _ in range(args.rounds):

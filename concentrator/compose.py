@@ -93,16 +93,20 @@ def assemble(config: ServerConfig, *, spark_master: str | None, rules_dir: Path 
         prepare(opened)
     errors = opened.rules.load_directory(rules_dir, base_url) if rules_dir is not None else []
     pipeline = None
+    pool = None
     if spark_master is not None:
         from pipeline.batches import WindowPipeline
-        from pipeline.spark import SparkSettings
+        from pipeline.spark import SparkSettings, is_on_this_machine
 
         pipeline = WindowPipeline(opened.streams, config.data_dir,
                                   SparkSettings(master=spark_master, conf=spark_conf or {}))
         opened.pipeline_status = pipeline.status
-    spark = pipeline
+        spark = pipeline
+        # executors on this machine read windows from the element log's files: the driver moves no window content
+        pool = ExecutorPool(lambda: spark.spark, reads_log=is_on_this_machine(spark_master))
+        opened.executors_status = pool.status
     runner = RuleRunner(opened.rules, opened.evaluator, placement=rules_on, spark_master=spark_master or "",
-                        pool=None if spark is None else ExecutorPool(lambda: spark.spark))
+                        pool=pool)
     if pipeline is not None:
         pipeline.on_windows.append(runner.on_windows)
     connector = MqttConnector(mqtt, config.data_dir, opened) if mqtt is not None else None

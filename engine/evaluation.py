@@ -358,12 +358,22 @@ class ExtendedEvaluator:
         return self._windowed(self.catalog.get(name), query_string, iri)
 
     def _windowed(self, stream: Stream, query_string: str, iri: str) -> QueryTarget:
+        return self._stream_target(stream, self._selection(stream, query_string), iri)
+
+    def _selection(self, stream: Stream, query_string: str) -> SelectedWindow:
         windows = windowed_params(query_string).windows
-        if windows is None:
-            selected = revision_selection(stream, None)
-        else:
-            selected = self._window_of(stream, windows)
-        return self._stream_target(stream, selected, iri)
+        return revision_selection(stream, None) if windows is None else self._window_of(stream, windows)
+
+    def local_window(self, iri: str) -> tuple[Stream, SelectedWindow] | None:
+        """The stream and the elements a SERVICE IRI of this server's streams names (pins applied, as
+        ``local_target`` selects them), without building their dataset; None for any other IRI."""
+        if iri in self.preloaded:
+            return None
+        name, query_string = self.local_stream(iri)
+        if name is None or self.catalog is None:
+            return None
+        stream = self.catalog.get(name)
+        return stream, self._selection(stream, query_string)
 
     def _service(self, part: ExtensionPart, iri: str, target: QueryTarget) -> list[Row]:
         local = self.local_target(iri)

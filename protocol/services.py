@@ -143,6 +143,7 @@ class Services:
     evaluator: ExtendedEvaluator
     rules: RuleRegistry
     pipeline_status: Callable[[], dict[str, object]] = _not_running
+    executors_status: Callable[[], dict[str, object]] = _not_running  # rules in Spark executors (rules.tasks)
     connector_status: Callable[[], dict[str, object]] = dict  # what feeds streams besides uploads (LDES followers)
     continuous: Registrations = field(default_factory=Registrations)  # the continuous responses running now
     window_results: SharedResults[Any] = field(default_factory=SharedResults)  # shared by continuous responses

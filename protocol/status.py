@@ -36,6 +36,7 @@ def status_document(served: Services, config: ServerConfig) -> dict[str, Any]:
         },
         "streams": {name: _stream_status(catalog.get(name)) for name in catalog.names()},
         "pipeline": served.pipeline_status(),
+        "executors": served.executors_status(),  # windows given to rules in executors, content the driver moved
         "rules": {rule.name: rule_json(rule) for rule in served.rules.rules()},
         # static rule parts (SERVICE ?var prefixes, SERVICE <…/sparql>) evaluated once per dataset revision
         "static_cache": served.evaluator.cache.status(),

@@ -106,7 +106,8 @@ class RuleRunner:
         tasks = []
         for position, rule, revision in wanted:
             try:
-                windows = window_data(rule.text, rule.base, self._evaluator_for(rule, stream, revision))
+                windows = window_data(rule.text, rule.base, self._evaluator_for(rule, stream, revision),
+                                      self.pool.reads_log)
             except Exception:  # noqa: BLE001 - the driver's evaluation reports it the usual way
                 continue
             tasks.append(RuleTask(position, rule.text, rule.base, windows))

@@ -1,9 +1,12 @@
 """Rule firings evaluated in Spark executors (pyoxigraph per task) instead of the driver.
 
-A firing whose inputs are all *window data* can be evaluated anywhere: the driver copies each window the rule
-reads (``SERVICE <…/streams/NAME?WINDOWS=…>``) as N-Quads into a ``RuleTask``, the dataset at HEAD travels
-once per dataset revision as a Spark broadcast (the rule's *static data*), and an executor rebuilds both as
-in-memory pyoxigraph stores and runs the same ``ExtendedEvaluator`` over them. What the executor returns (the
+A firing whose inputs are all *window data* can be evaluated anywhere. For each window the rule reads
+(``SERVICE <…/streams/NAME?WINDOWS=…>``) the driver puts in its ``RuleTask`` where the window's elements are in the
+stream's element log (``.dat`` files and byte ranges: the executor reads them, and the driver moves no window
+content) when the executors can read the data directory (``ExecutorPool.reads_log``: a master on this machine, or
+shared storage mounted at the same path), else the elements' content itself. The dataset at HEAD travels once per
+dataset revision as a Spark broadcast (the rule's *static data*); an executor rebuilds both as in-memory pyoxigraph
+stores and runs the same ``ExtendedEvaluator`` over them. What the executor returns (the
 constructed quads or triples, as N-Quads) is appended by the driver exactly as a driver firing's output
 (report policy, stream operator, idempotent origins: rules/firing.py).
 
@@ -20,6 +23,7 @@ costs more than evaluating small windows in place; ``executors`` sends eligible 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,10 +46,25 @@ STATIC_QUADS_LIMIT = 500_000
 
 @dataclass(frozen=True)
 class WindowData:
-    """One dataset a rule's SERVICE names, copied for an executor."""
+    """One dataset a rule's SERVICE names, for an executor: its elements' canonical TriG (``Stream.contents``), given
+    as ``content`` or, read by the executor, as ``runs`` of the element log (``Stream.content_runs``)."""
 
-    nquads: bytes
+    content: bytes
     then_time: int | None  # µs: THEN() inside the part (the window revision's commit time)
+    runs: tuple[tuple[str, int, int], ...] = ()  # (.dat file, offset, length)
+
+    def read(self) -> bytes:
+        """The window's TriG (in an executor: from the log's files when given as runs)."""
+        if not self.runs:
+            return self.content
+        pieces = []
+        for path, offset, length in self.runs:
+            with open(path, "rb") as content:
+                piece = os.pread(content.fileno(), length, offset)
+            if len(piece) != length:
+                raise OSError(f"{path}: {length} bytes expected at {offset}, {len(piece)} read")
+            pieces.append(piece)
+        return b"".join(pieces)
 
 
 @dataclass(frozen=True)
@@ -110,17 +129,23 @@ def placement_of(mode: Placement, spark_master: str, reason: str | None) -> str:
 
 # -- the driver side ---------------------------------------------------------------------------------------------
 
-def window_data(text: str, base: str, evaluator: ExtendedEvaluator) -> dict[str, WindowData]:
-    """The windows a firing reads (``evaluator`` pinned to the firing window), copied as N-Quads. Raises what the
-    driver's evaluation would (e.g. ``WindowNotComplete`` for an input with no complete window yet)."""
-    copied: dict[str, WindowData] = {}
+def window_data(text: str, base: str, evaluator: ExtendedEvaluator, reads_log: bool = False
+                ) -> dict[str, WindowData]:
+    """The windows a firing reads (``evaluator`` pinned to the firing window): where they are in the element log
+    (``reads_log``) or their content. Raises what the driver's evaluation would (e.g. ``WindowNotComplete`` for an
+    input with no complete window yet)."""
+    found: dict[str, WindowData] = {}
     for part in checked_query(text, base).parts:
-        if part.target in copied:
+        if part.target in found:
             continue
-        target = evaluator.local_target(part.target)
-        assert target is not None and target.store is not None, part.target  # eligible: one of our streams
-        copied[part.target] = WindowData(target.store.dump(format=RdfFormat.N_QUADS) or b"", target.then_time)
-    return copied
+        window = evaluator.local_window(part.target)
+        assert window is not None, part.target  # eligible: one of our streams
+        stream, selected = window
+        if reads_log:
+            found[part.target] = WindowData(b"", selected.commit, tuple(stream.content_runs(selected.ordinals)))
+        else:
+            found[part.target] = WindowData(stream.contents(selected.ordinals), selected.commit)
+    return found
 
 
 def static_data(evaluator: ExtendedEvaluator) -> StaticData | None:
@@ -138,9 +163,18 @@ def static_data(evaluator: ExtendedEvaluator) -> StaticData | None:
 class ExecutorPool:
     """Runs one batch's rule tasks as one Spark job; the static data is broadcast once per dataset revision."""
 
-    def __init__(self, spark: Callable[[], Any]) -> None:
+    def __init__(self, spark: Callable[[], Any], *, reads_log: bool = False) -> None:
         self._spark = spark  # the pipeline's SparkSession once it runs (None before)
         self._broadcast: tuple[int, Any] | None = None  # (dataset revision, Broadcast[StaticData] or None)
+        #: whether executors read windows from the element log's files (they see the data directory at its path)
+        self.reads_log = reads_log
+        self.windows_sent = 0  # windows given to executors, and the bytes of their content the driver moved
+        self.content_bytes_sent = 0
+
+    def status(self) -> dict[str, object]:
+        """``/status`` → ``executors``: how windows reach the executors, and what the driver moved of them."""
+        return {"reads_log": self.reads_log, "windows": self.windows_sent,
+                "content_bytes": self.content_bytes_sent}
 
     @property
     def ready(self) -> bool:
@@ -160,6 +194,8 @@ class ExecutorPool:
     def run(self, tasks: list[RuleTask], static: Any) -> list[TaskResult]:
         """Evaluate ``tasks`` in executors (one Spark job, as many slices as the cluster has cores)."""
         context = self._spark().sparkContext
+        self.windows_sent += sum(len(task.windows) for task in tasks)
+        self.content_bytes_sent += sum(len(data.content) for task in tasks for data in task.windows.values())
         slices = max(1, min(len(tasks), context.defaultParallelism))
         results: list[TaskResult] = context.parallelize(tasks, slices).map(
             lambda task: evaluate(task, static.value)).collect()
@@ -206,7 +242,7 @@ def evaluate(task: RuleTask, static: StaticData) -> TaskResult:
         windows = {}
         for iri, data in task.windows.items():
             store = Store()
-            store.load(data.nquads, format=RdfFormat.N_QUADS)
+            store.load(data.read(), format=RdfFormat.TRIG, lenient=True)  # the log's content: pyoxigraph's output
             windows[iri] = QueryTarget(store, None, None, data.then_time, iri)
         evaluator = ExtendedEvaluator(_dataset(static), None, [task.base], None, preloaded=windows)  # type: ignore[arg-type]
         result = evaluator.query(task.text, QueryTarget(base_iri=task.base))

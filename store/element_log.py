@@ -40,6 +40,22 @@ class Location:
     length: int
 
 
+def runs(locations: Sequence[Location]) -> list[Location]:
+    """``locations`` with neighbouring ranges of one segment merged (a window's elements are usually one run).
+
+    >>> [(r.segment, r.offset, r.length) for r in runs([Location(0, 0, 5), Location(0, 5, 3), Location(0, 20, 1)])]
+    [(0, 0, 8), (0, 20, 1)]
+    """
+    merged: list[Location] = []
+    for location in locations:
+        last = merged[-1] if merged else None
+        if last is not None and location.segment == last.segment and location.offset == last.offset + last.length:
+            merged[-1] = Location(last.segment, last.offset, last.length + location.length)
+        else:
+            merged.append(location)
+    return merged
+
+
 @dataclass
 class _Segment:
     base: int
@@ -177,18 +193,12 @@ class ElementLog:
 
     def read(self, locations: Sequence[Location]) -> bytes:
         """The contents at ``locations``, concatenated in order; neighbouring ranges are read at once."""
-        pieces: list[bytes] = []
-        run: Location | None = None
-        for location in locations:
-            if run is not None and location.segment == run.segment and location.offset == run.offset + run.length:
-                run = Location(run.segment, run.offset, run.length + location.length)
-                continue
-            if run is not None:
-                pieces.append(self._pread(run))
-            run = location
-        if run is not None:
-            pieces.append(self._pread(run))
-        return b"".join(pieces)
+        return b"".join(self._pread(run) for run in runs(locations))
+
+    def content_file(self, segment: int) -> Path:
+        """The ``.dat`` file holding the contents of ``segment`` (which another process may read, e.g. a Spark
+        executor building a window: contents never change once written)."""
+        return self._path(segment, ".dat")
 
     def _pread(self, location: Location) -> bytes:
         with self._lock:

@@ -32,7 +32,7 @@ from pyoxigraph import NamedNode, Quad, RdfFormat, Store, parse, serialize
 
 from sparql_ext.windowing import WindowSpec, format_micros
 from store.durable import now_micros, write_json
-from store.element_log import ElementLog
+from store.element_log import ElementLog, runs
 from store.elements import ParsedElement
 from store.errors import DuplicateElement, ElementOutOfOrder, ElementRejected, StorageFailure
 from store.framing import statements_in_block
@@ -145,6 +145,12 @@ class Stream(StreamIndex):
         document it is their window dataset, every literal and blank node label as it was uploaded."""
         locations = [location for o in ordinals if (location := self.location(o)) is not None]
         return self._log.read(locations)
+
+    def content_runs(self, ordinals: Iterable[int]) -> list[tuple[str, int, int]]:
+        """Where ``contents(ordinals)`` is on disk: (``.dat`` file, offset, length) runs, in order. Another process on
+        this machine (or one that mounts the data directory at the same path) reads the window from them."""
+        locations = [location for o in ordinals if (location := self.location(o)) is not None]
+        return [(str(self._log.content_file(run.segment)), run.offset, run.length) for run in runs(locations)]
 
     def window_store(self, ordinals: Iterable[int]) -> Store:
         """The window dataset of these elements as an in-memory store: their timestamp triples in its default

@@ -5,8 +5,9 @@ The CSRBench replay (the 14 continuous responses of ``conformance.csrbench``) ru
 through the cluster. The cluster's responses are judged by the same oracle (windows from
 ``sparql_ext.windowing``, answers from pyoxigraph, worked out independently of the server), and the window
 revisions it materialized must equal local mode's, window for window. A rule over q1's 10 s windows joins each
-window with static data: on the cluster it is evaluated in the executors (``--rules-on auto``), locally in the
-driver, and both give the counts worked out from the data files (one element per second, 34 in all).
+window with static data: on the cluster it is evaluated in the executors (``--rules-on auto``), which read each window
+from the element log's files (the driver moves no window content), locally in the driver, and both give the counts
+worked out from the data files (one element per second, 34 in all).
 """
 
 from __future__ import annotations
@@ -70,9 +71,9 @@ def register_rule(base: str, stream: str = STREAM, rule: str = "count", output: 
 
 
 def rule_outputs(base: str, stream: str = STREAM, rule: str = "count", output: str = "counts", timeout: float = 120
-                 ) -> tuple[list[tuple[str, int, str]], dict[str, Any]]:
-    """The rule's outputs (element time, count, label) in time order, once it fired on every window of q1, and
-    its status."""
+                 ) -> tuple[list[tuple[str, int, str]], dict[str, Any], dict[str, Any]]:
+    """The rule's outputs (element time, count, label) in time order, once it fired on every window of q1, its
+    status, and the server's ``/status`` → ``executors``."""
     deadline = time.monotonic() + timeout
     while True:
         listing = requests.get(f"{base}/streams/{stream}/windows", params={"ref": Q1}, timeout=30).json()
@@ -86,7 +87,7 @@ def rule_outputs(base: str, stream: str = STREAM, rule: str = "count", output: s
         "Content-Type": "application/sparql-query", "Accept": "application/sparql-results+json"})
     assert r.status_code == 200, r.text
     rows = [(b["t"]["value"], int(b["n"]["value"]), b["label"]["value"]) for b in r.json()["results"]["bindings"]]
-    return rows, status
+    return rows, status, requests.get(f"{base}/status", timeout=30).json()["executors"]
 
 
 def _revisions(run: ServerRun) -> dict[str, list[tuple[Any, ...]]]:
@@ -127,8 +128,8 @@ def test_the_work_ran_on_both_workers(runs: tuple[ServerRun, ServerRun, Standalo
 def test_rule_runs_in_the_executors_with_the_same_outputs(runs: tuple[ServerRun, ServerRun, StandaloneCluster]
                                                          ) -> None:
     local, clustered, _ = runs
-    local_rows, local_status = local.extra
-    rows, status = clustered.extra
+    local_rows, local_status, _ = local.extra
+    rows, status, executors = clustered.extra
     # one element per second from 0 s to 33 s: windows [0,10) [10,20) [20,30) hold 10, [30,40) holds 4; the windows
     # after that (up to the end-of-stream punctuation) are empty
     counts = [n for _, n, _ in rows]
@@ -138,3 +139,6 @@ def test_rule_runs_in_the_executors_with_the_same_outputs(runs: tuple[ServerRun,
     assert rows == local_rows
     assert status["placement"] == "executors" and status["executor_firings"] == status["firings"] == len(rows)
     assert local_status["placement"].startswith("driver") and local_status["executor_firings"] == 0
+    # the executors read each window from the element log's files (the master is on this machine): the driver
+    # moved none of the windows' content
+    assert executors["reads_log"] and executors["windows"] >= len(rows) and executors["content_bytes"] == 0

@@ -85,12 +85,19 @@ def test_placement() -> None:
     assert placement_of("executors", "spark://h:7077", "SERVICE ?feed (…)") == "driver: SERVICE ?feed (…)"
 
 
-def test_executor_evaluation_equals_the_drivers(app: Flask) -> None:
+@pytest.mark.parametrize("reads_log", [False, True], ids=["content", "log-runs"])
+def test_executor_evaluation_equals_the_drivers(app: Flask, reads_log: bool) -> None:
     evaluator = firing(app)
     driver = evaluator.query(HIGH, QueryTarget(base_iri=HOST))
     static = static_data(evaluator)
     assert static is not None
-    result = evaluate(RuleTask(7, HIGH, HOST, window_data(HIGH, HOST, evaluator)), static)
+    windows = window_data(HIGH, HOST, evaluator, reads_log)
+    [data] = windows.values()
+    if reads_log:  # where elements a and b are in the log: no content moves; one run (they are neighbours)
+        assert data.content == b"" and len(data.runs) == 1 and data.runs[0][0].endswith(".dat")
+    else:
+        assert data.content.count(b"<http://ex/hr>") == 2 and data.runs == ()
+    result = evaluate(RuleTask(7, HIGH, HOST, windows), static)
     assert (result.position, result.kind) == (7, "triples")
     executor = result.construction()
     assert isinstance(executor, ConstructedTriples) and isinstance(driver, ConstructedTriples)

@@ -149,8 +149,27 @@ def local_daemon_java_options(class_archive: bool = True) -> str:
     return options
 
 
-#: A dump older than this whose writer is gone is complete (the JVM writes it in a second or two at its exit).
+#: A dump older than this whose writer is gone is complete (the JVM writes it at its exit: ≈ 10 s here).
 _DUMP_SETTLE_SECONDS = 60.0
+
+
+def writing_marker(archive: Path) -> Path:
+    """Where ``python -m pipeline.class_archive`` says (its pid) that it is writing ``archive``."""
+    return Path(f"{archive}.writing")
+
+
+def _being_written(archive: Path) -> bool:
+    """Whether another process (``pipeline.class_archive``) is writing ``archive`` now."""
+    try:
+        pid = int(writing_marker(archive).read_text(encoding="ascii"))
+        if pid == os.getpid():
+            return False  # the writer's own JVM: it dumps
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # alive, another user's
+    except (OSError, ValueError):
+        return False  # no marker, or its writer is gone
+    return True
 
 
 def class_archive_options(archive: Path) -> str:
@@ -170,6 +189,8 @@ def class_archive_options(archive: Path) -> str:
         return ""
     if archive.exists():
         return f"-XX:SharedArchiveFile={archive} -Xshare:auto {quiet}"
+    if _being_written(archive):
+        return ""  # it comes in a few seconds; a dump of this JVM's own (≈ 10 CPU-seconds at its exit) would be lost
     return f"-XX:ArchiveClassesAtExit={archive}.{os.getpid()}.dump {quiet}"
 
 

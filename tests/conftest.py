@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,20 +15,35 @@ from store import RevisionedDataset
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Before any test worker starts (xdist starts them after this hook): write Spark's class-data archive if this
-    installation has none. Dozens of Spark drivers start in a run; without the archive each costs ≈ 13 CPU-seconds
-    more and writes a 170 MB dump at its exit (docs/deployment.md, "Starting Spark")."""
+    """Before any test worker starts (xdist starts them after this hook): have Spark's class-data archive written if
+    this installation has none, beside the first tests. Dozens of Spark drivers start in a run; without the archive
+    each costs ≈ 13 CPU-seconds more (docs/deployment.md, "Starting Spark")."""
     config = session.config
     if hasattr(config, "workerinput") or "not jvm" in (config.option.markexpr or ""):
         return
     try:
-        from pipeline.class_archive import ensure_class_archive
-        from pipeline.spark import class_archive_path
+        from pipeline.class_archive import start_class_archive
     except ImportError:  # no pyspark: the Spark tests skip, naming the install command
         return
-    if not class_archive_path().exists():
-        session.config.get_terminal_writer().line("writing Spark's class-data archive (once per installation) ...")
-        ensure_class_archive()
+    writer = start_class_archive()
+    if writer is not None:
+        config.get_terminal_writer().line("writing Spark's class-data archive (once per installation), beside the "
+                                          "first tests ...")
+        config.stash[_ARCHIVE_WRITER] = writer
+
+
+_ARCHIVE_WRITER = pytest.StashKey["subprocess.Popen[str]"]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The archive's writer is not left running after the session."""
+    writer = config.stash.get(_ARCHIVE_WRITER, None)
+    if writer is not None:
+        try:
+            writer.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            writer.kill()
+            writer.communicate()
 
 
 #: The files that take longest (wall seconds within `make test`, measured with ``--durations``), run first: with a file

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.spark import class_archive_options
+from pipeline.spark import class_archive_options, writing_marker
 
 pytestmark = pytest.mark.jvm  # starts a JVM (java -version) to write and check archives
 
@@ -65,3 +65,14 @@ def test_a_dump_being_written_is_left_alone(tmp_path: Path) -> None:
     recent.write_bytes(b"partial")
     class_archive_options(archive)
     assert mine.exists() and recent.exists() and not archive.exists()
+
+
+def test_while_the_archive_is_being_written_other_drivers_neither_map_nor_dump(tmp_path: Path) -> None:
+    archive = tmp_path / "spark-test.jsa"
+    marker = writing_marker(archive)
+    marker.write_text(str(os.getppid()))  # a live process other than this one: the writer (pipeline.class_archive)
+    assert class_archive_options(archive) == ""
+    marker.write_text(str(os.getpid()))  # this process is the writer: its JVM dumps
+    assert class_archive_options(archive).startswith(f"-XX:ArchiveClassesAtExit={archive}.{os.getpid()}.dump ")
+    marker.write_text(str(_dead_pid()))  # a writer that died: the marker is stale, drivers dump as before
+    assert class_archive_options(archive).startswith("-XX:ArchiveClassesAtExit=")

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,35 +14,22 @@ from store import RevisionedDataset
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Before any test worker starts (xdist starts them after this hook): have Spark's class-data archive written if
-    this installation has none, beside the first tests. Dozens of Spark drivers start in a run; without the archive
-    each costs ≈ 13 CPU-seconds more (docs/deployment.md, "Starting Spark")."""
+    """Before any test worker starts (xdist starts them after this hook): write Spark's class-data archive if this
+    installation has none (≈ 35 s, once). Dozens of Spark drivers start in a run; without the archive each costs
+    ≈ 13 CPU-seconds more (docs/deployment.md, "Starting Spark"). Measured on a fresh clone, writing it beside the
+    first tests instead made the run longer (335 s against 320): those are Spark's longest, and their drivers then
+    started without it while it was being written."""
     config = session.config
     if hasattr(config, "workerinput") or "not jvm" in (config.option.markexpr or ""):
         return
     try:
-        from pipeline.class_archive import start_class_archive
+        from pipeline.class_archive import ensure_class_archive
+        from pipeline.spark import class_archive_path
     except ImportError:  # no pyspark: the Spark tests skip, naming the install command
         return
-    writer = start_class_archive()
-    if writer is not None:
-        config.get_terminal_writer().line("writing Spark's class-data archive (once per installation), beside the "
-                                          "first tests ...")
-        config.stash[_ARCHIVE_WRITER] = writer
-
-
-_ARCHIVE_WRITER = pytest.StashKey["subprocess.Popen[str]"]()
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """The archive's writer is not left running after the session."""
-    writer = config.stash.get(_ARCHIVE_WRITER, None)
-    if writer is not None:
-        try:
-            writer.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            writer.kill()
-            writer.communicate()
+    if not class_archive_path().exists():
+        config.get_terminal_writer().line("writing Spark's class-data archive (once per installation, ≈ 35 s) ...")
+        ensure_class_archive()
 
 
 #: The files that take longest (wall seconds within `make test`, measured with ``--durations``), run first: with a file

@@ -196,10 +196,28 @@ class ExecutorPool:
         context = self._spark().sparkContext
         self.windows_sent += sum(len(task.windows) for task in tasks)
         self.content_bytes_sent += sum(len(data.content) for task in tasks for data in task.windows.values())
-        slices = max(1, min(len(tasks), context.defaultParallelism))
-        results: list[TaskResult] = context.parallelize(tasks, slices).map(
-            lambda task: evaluate(task, static.value)).collect()
+        chunks = window_chunks(tasks, context.defaultParallelism)
+        results: list[TaskResult] = context.parallelize(chunks, len(chunks)).flatMap(
+            lambda chunk: evaluate_all(chunk, static.value)).collect()
         return results
+
+
+def window_chunks(tasks: list[RuleTask], parallelism: int) -> list[list[RuleTask]]:
+    """``tasks`` in at most ``parallelism`` chunks (one Spark task each, one per core), the firings that read the same
+    windows side by side, so that a chunk builds each window's store once for all the rules reading it.
+
+    >>> def task(n: int, window: bytes) -> RuleTask:
+    ...     return RuleTask(n, "", "", {"w": WindowData(window, None)})
+    >>> [[t.position for t in chunk] for chunk in window_chunks([task(0, b"a"), task(1, b"b"), task(2, b"a")], 2)]
+    [[0, 2], [1]]
+    """
+    ordered = sorted(tasks, key=lambda task: (_windows_key(task), task.position))
+    size = -(-len(ordered) // max(1, min(parallelism, len(ordered))))  # ceiling division
+    return [ordered[start:start + size] for start in range(0, len(ordered), size)]
+
+
+def _windows_key(task: RuleTask) -> str:
+    return repr(sorted(task.windows.items()))
 
 
 # -- the executor side -------------------------------------------------------------------------------------------
@@ -236,13 +254,24 @@ def _dataset(static: StaticData) -> SnapshotDataset:
     return _snapshot
 
 
-def evaluate(task: RuleTask, static: StaticData) -> TaskResult:
-    """Evaluate one firing over the copied windows and the static data (runs in an executor)."""
+def evaluate_all(tasks: list[RuleTask], static: StaticData) -> list[TaskResult]:
+    """Evaluate a chunk of firings (runs in an executor): each window is read and loaded once for all the rules of
+    the chunk that read it (rules only read the window's store)."""
+    stores: dict[WindowData, Store] = {}
+    return [evaluate(task, static, stores) for task in tasks]
+
+
+def evaluate(task: RuleTask, static: StaticData, stores: dict[WindowData, Store] | None = None) -> TaskResult:
+    """Evaluate one firing over its windows and the static data (runs in an executor); ``stores``: windows loaded
+    by earlier firings of the same chunk."""
+    stores = {} if stores is None else stores
     try:
         windows = {}
         for iri, data in task.windows.items():
-            store = Store()
-            store.load(data.read(), format=RdfFormat.TRIG, lenient=True)  # the log's content: pyoxigraph's output
+            store = stores.get(data)
+            if store is None:
+                store = stores[data] = Store()
+                store.load(data.read(), format=RdfFormat.TRIG, lenient=True)  # the log's content: pyoxigraph's output
             windows[iri] = QueryTarget(store, None, None, data.then_time, iri)
         evaluator = ExtendedEvaluator(_dataset(static), None, [task.base], None, preloaded=windows)  # type: ignore[arg-type]
         result = evaluator.query(task.text, QueryTarget(base_iri=task.base))

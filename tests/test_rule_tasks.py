@@ -22,10 +22,13 @@ from protocol.services import services_of
 from rules.tasks import (
     ExecutorRuleFailed,
     RuleTask,
+    WindowData,
     evaluate,
+    evaluate_all,
     ineligible_reason,
     placement_of,
     static_data,
+    window_chunks,
     window_data,
 )
 
@@ -132,3 +135,26 @@ def test_an_executor_error_comes_back_to_the_driver(app: Flask) -> None:
     assert result.kind == "error"
     with pytest.raises(ExecutorRuleFailed, match="urn:no-such-fn"):
         result.construction()
+
+
+def test_rules_over_one_window_load_it_once_in_an_executor(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    evaluator = firing(app)
+    static = static_data(evaluator)
+    assert static is not None
+    rules = [HIGH, HIGH.replace("<urn:above>", "<urn:over>"), HIGH.replace("FILTER(?hr > ?limit)", "")]
+    tasks = [RuleTask(n, rule, HOST, window_data(rule, HOST, evaluator, True)) for n, rule in enumerate(rules)]
+    alone = [evaluate(task, static) for task in tasks]
+    reads: list[WindowData] = []
+    real_read = WindowData.read
+
+    def counted(data: WindowData) -> bytes:
+        reads.append(data)
+        return real_read(data)
+
+    monkeypatch.setattr(WindowData, "read", counted)
+    [chunk] = window_chunks(tasks, 1)
+    together = evaluate_all(chunk, static)
+    assert len(reads) == 1  # the three rules read one window: read and loaded once
+    assert [(r.position, r.kind, sorted(r.payload.splitlines())) for r in together] == \
+        [(r.position, r.kind, sorted(r.payload.splitlines())) for r in alone]
+    assert [len(r.payload.splitlines()) for r in together] == [1, 1, 2]  # by hand: b above 75; a and b unfiltered

@@ -37,6 +37,7 @@ from engine.results import ConstructedQuads, ConstructedTriples
 from engine.selection import revision_window
 from rules.registry import LOG_KEEP, Rule, RuleRegistry
 from rules.tasks import (
+    UNREADABLE,
     ExecutorPool,
     Placement,
     RuleTask,
@@ -122,7 +123,11 @@ class RuleRunner:
                 note = f"{format_micros(now_micros())} executors failed ({message}); evaluated in the driver"
                 rule.status.log = [*rule.status.log, note][-LOG_KEEP:]
             return {}
-        return {result.position: result for result in results}
+        unreadable = [result for result in results if result.kind == UNREADABLE]
+        if unreadable:
+            log.warning("%d rule firing(s) could not read their windows in Spark executors (%s); evaluated in the "
+                        "driver instead", len(unreadable), unreadable[0].payload.decode("utf-8", "replace"))
+        return {result.position: result for result in results if result.kind != UNREADABLE}
 
     def _evaluator_for(self, rule: Rule, stream: Stream, revision: WindowRevision) -> ExtendedEvaluator:
         """The evaluator of one firing: the firing sequence's windowed IRIs pinned to the window that completed."""

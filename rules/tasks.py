@@ -86,10 +86,14 @@ class RuleTask:
     windows: dict[str, WindowData]  # SERVICE IRI as written in the rule → its dataset
 
 
+#: A TaskResult's kind when the executor could not read a window from the element log: not the rule's failure.
+UNREADABLE = "unreadable"
+
+
 @dataclass(frozen=True)
 class TaskResult:
     position: int
-    kind: str  # "quads" | "triples" | "error"
+    kind: str  # "quads" | "triples" | "error" | UNREADABLE
     payload: bytes  # N-Quads (quads, triples in the default graph) or the error message
 
     def construction(self) -> ConstructedQuads | ConstructedTriples:
@@ -270,8 +274,12 @@ def evaluate(task: RuleTask, static: StaticData, stores: dict[WindowData, Store]
         for iri, data in task.windows.items():
             store = stores.get(data)
             if store is None:
+                try:
+                    content = data.read()
+                except OSError as error:  # e.g. its segment expired meanwhile: the driver evaluates this firing
+                    return TaskResult(task.position, UNREADABLE, f"{type(error).__name__}: {error}".encode())
                 store = stores[data] = Store()
-                store.load(data.read(), format=RdfFormat.TRIG, lenient=True)  # the log's content: pyoxigraph's output
+                store.load(content, format=RdfFormat.TRIG, lenient=True)  # the log's content: pyoxigraph's output
             windows[iri] = QueryTarget(store, None, None, data.then_time, iri)
         evaluator = ExtendedEvaluator(_dataset(static), None, [task.base], None, preloaded=windows)  # type: ignore[arg-type]
         result = evaluator.query(task.text, QueryTarget(base_iri=task.base))

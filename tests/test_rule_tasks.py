@@ -20,6 +20,7 @@ from engine.selection import SelectedWindow
 from protocol import ServerConfig, create_app
 from protocol.services import services_of
 from rules.tasks import (
+    UNREADABLE,
     ExecutorRuleFailed,
     RuleTask,
     WindowData,
@@ -158,3 +159,13 @@ def test_rules_over_one_window_load_it_once_in_an_executor(app: Flask, monkeypat
     assert [(r.position, r.kind, sorted(r.payload.splitlines())) for r in together] == \
         [(r.position, r.kind, sorted(r.payload.splitlines())) for r in alone]
     assert [len(r.payload.splitlines()) for r in together] == [1, 1, 2]  # by hand: b above 75; a and b unfiltered
+
+
+def test_a_window_the_executor_cannot_read_is_not_the_rules_failure(app: Flask, tmp_path: Path) -> None:
+    evaluator = firing(app)
+    static = static_data(evaluator)
+    assert static is not None
+    gone = WindowData(b"", None, ((str(tmp_path / "expired.dat"), 0, 10),))  # e.g. a segment retention removed
+    result = evaluate(RuleTask(4, HIGH, HOST, {WINDOWED: gone}), static)
+    assert (result.position, result.kind) == (4, UNREADABLE)  # the driver evaluates this firing itself
+    assert b"expired.dat" in result.payload

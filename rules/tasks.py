@@ -220,8 +220,9 @@ def window_chunks(tasks: list[RuleTask], parallelism: int) -> list[list[RuleTask
     return [ordered[start:start + size] for start in range(0, len(ordered), size)]
 
 
-def _windows_key(task: RuleTask) -> str:
-    return repr(sorted(task.windows.items()))
+def _windows_key(task: RuleTask) -> tuple[tuple[str, int], ...]:
+    """Equal for tasks reading the same windows (hashed: a window given as content may be megabytes)."""
+    return tuple(sorted((iri, hash(data)) for iri, data in task.windows.items()))
 
 
 # -- the executor side -------------------------------------------------------------------------------------------

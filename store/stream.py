@@ -32,7 +32,7 @@ from pyoxigraph import NamedNode, Quad, RdfFormat, Store, parse, serialize
 
 from sparql_ext.windowing import WindowSpec, format_micros
 from store.durable import now_micros, write_json
-from store.element_log import ElementLog, runs
+from store.element_log import ElementLog, Location, runs
 from store.elements import ParsedElement
 from store.errors import DuplicateElement, ElementOutOfOrder, ElementRejected, StorageFailure
 from store.framing import statements_in_block
@@ -143,14 +143,17 @@ class Stream(StreamIndex):
     def contents(self, ordinals: Iterable[int]) -> bytes:
         """The canonical TriG of these retained elements: each one's timestamp triple, then its graph block. As a
         document it is their window dataset, every literal and blank node label as it was uploaded."""
-        locations = [location for o in ordinals if (location := self.location(o)) is not None]
-        return self._log.read(locations)
+        return self._log.read(self._locations(ordinals))
 
     def content_runs(self, ordinals: Iterable[int]) -> list[tuple[str, int, int]]:
         """Where ``contents(ordinals)`` is on disk: (``.dat`` file, offset, length) runs, in order. Another process on
         this machine (or one that mounts the data directory at the same path) reads the window from them."""
-        locations = [location for o in ordinals if (location := self.location(o)) is not None]
-        return [(str(self._log.content_file(run.segment)), run.offset, run.length) for run in runs(locations)]
+        return [(str(self._log.content_file(run.segment)), run.offset, run.length)
+                for run in runs(self._locations(ordinals))]
+
+    def _locations(self, ordinals: Iterable[int]) -> list[Location]:
+        """Where the contents of the retained elements among ``ordinals`` are in the log."""
+        return [location for o in ordinals if (location := self.location(o)) is not None]
 
     def window_store(self, ordinals: Iterable[int]) -> Store:
         """The window dataset of these elements as an in-memory store: their timestamp triples in its default

@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a request's headers must arrive within this time, else 408 (default 10)")
     serve.add_argument("--max-body-bytes", type=_size, default=None,
                        help="largest accepted RDF upload, e.g. 2g (default: no limit)")
+    serve.add_argument("--framing-processes", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
+                       help="processes that parse and write the large segments of uploads, beside the request "
+                            "threads (default: 2, or 1 on one core; 0: in the request threads)")
     serve.add_argument("--retention", type=int, default=None,
                        help="keep the history of this many latest revisions (default: all)")
     serve.add_argument("--spark-master", default="local[2]",
@@ -383,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         config = ServerConfig(args.data.resolve(), max_body_bytes=args.max_body_bytes,
                               retention=args.retention, token=args.token, read_only=args.read_only,
-                              rate_limit=args.rate_limit,
+                              rate_limit=args.rate_limit, framing_processes=args.framing_processes,
                               service_allow=service_allowlist(args.service_allow, args.host, args.port))
         master = None if args.no_pipeline else args.spark_master
         serve(config, args.host, args.port, args.threads, args.header_timeout, make_app=partial(

@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 #: element still starts one at once): bounds the pipeline's CPU share while streams ingest fast, at the cost
 #: of up to this much latency then (see ``ElementLogReader.latestOffset``).
 MIN_BATCH_INTERVAL = 0.25
+#: While streams flood (``pipeline.element_source.batch_due``), batches start no sooner than this apart.
+FLOOD_BATCH_INTERVAL = 1.0
 _INDEX_CATCH_UP_SECONDS = 30.0  # the index is updated right after the log fsync: this is a safety net
 _MAX_BACKOFF_SECONDS = 60.0
 
@@ -90,12 +92,13 @@ class WindowPipeline:
 
     def __init__(self, catalog: StreamCatalog, data_dir: Path, settings: SparkSettings | None = None,
                  *, trigger_seconds: float = 0.0, min_batch_interval: float = MIN_BATCH_INTERVAL,
-                 warm_up: bool = True) -> None:
+                 flood_batch_interval: float = FLOOD_BATCH_INTERVAL, warm_up: bool = True) -> None:
         self.catalog = catalog
         self.data_dir = data_dir
         self.settings = settings or SparkSettings()
         self.trigger_seconds = trigger_seconds
         self.min_batch_interval = min_batch_interval
+        self.flood_batch_interval = flood_batch_interval
         self.warm_up = warm_up
         self.root = data_dir / "streams"
         self.checkpoint = data_dir / "spark" / "checkpoint"
@@ -204,7 +207,8 @@ class WindowPipeline:
     def _start_query(self) -> StreamingQuery:
         assert self.spark is not None
         return start_element_pipeline(self.spark, self.root, self.checkpoint, self.apply_batch, self.trigger_seconds,
-                                      query_name=None, min_batch_interval=self.min_batch_interval)
+                                      query_name=None, min_batch_interval=self.min_batch_interval,
+                                      flood_batch_interval=self.flood_batch_interval)
 
     def _supervise(self) -> None:
         """Restart the query after a failed batch (Spark re-runs that batch from the checkpoint)."""

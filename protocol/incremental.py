@@ -8,6 +8,7 @@ piece by piece (the attributes used are checked, and anything else falls back to
 
 from __future__ import annotations
 
+import select
 import time
 from typing import IO, Any
 
@@ -48,6 +49,20 @@ class AvailableReader:
         if len(data) > size:
             chunked.buf.write(data[size:])
         return data[:size]  # type: ignore[no-any-return]
+
+    def arriving(self) -> bool:
+        """Whether more of the body is waiting: buffered, or readable on the socket now (a framer may then do
+        other work before reading, knowing the read will not wait for the client). True when it cannot tell."""
+        chunked = self._chunked
+        if chunked is None or self._body.buf.tell() or chunked.buf.tell():
+            return True
+        unreader = getattr(getattr(chunked, "req", None), "unreader", None)
+        sock = getattr(unreader, "sock", None)
+        if sock is None or unreader is None:
+            return True
+        if unreader.buf.tell():
+            return True
+        return bool(select.select([sock], [], [], 0)[0])
 
     def readable(self) -> bool:
         return True

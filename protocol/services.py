@@ -21,6 +21,7 @@ from protocol.window_results import SharedResults
 from rules.event_rules import EventRules
 from rules.registry import RuleRegistry
 from store import RevisionedDataset
+from store.canonical import FramingProcesses
 from store.streams import StreamCatalog
 
 EXTENSION = "concentrator"
@@ -36,6 +37,7 @@ class ServerConfig:
     read_only: bool = False  # every write is refused (403)
     rate_limit: float | None = None  # requests per second per client address; None: no limit
     service_allow: tuple[str, ...] | None = None  # hosts SERVICE may reach over HTTP; None: any
+    framing_processes: int = 2  # processes writing uploads' large segments (store.canonical); 0: request threads
 
 
 @dataclass
@@ -149,6 +151,7 @@ class Services:
     window_results: SharedResults[Any] = field(default_factory=SharedResults)  # shared by continuous responses
     connectors: Connectors = field(default_factory=Connectors)  # MQTT (serve --mqtt), set by the composition root
     event_rules: EventRules | None = None  # the workers of rules with MATCH (fired per element, no pipeline needed)
+    framing: FramingProcesses = field(default_factory=lambda: FramingProcesses(0))  # uploads' large segments
 
     @classmethod
     def open(cls, config: ServerConfig) -> Services:
@@ -160,12 +163,14 @@ class Services:
         http = cast(HttpSession, requests.Session())  # what the evaluator uses of it (engine imports no HTTP library)
         evaluator = ExtendedEvaluator(dataset, streams, [], http, allow_hosts=allow)
         rules = RuleRegistry(config.data_dir / "rules", evaluator)
-        return cls(dataset, streams, evaluator, rules, event_rules=EventRules(rules))
+        return cls(dataset, streams, evaluator, rules, event_rules=EventRules(rules),
+                   framing=FramingProcesses(config.framing_processes))
 
     def close(self) -> None:
         if self.event_rules is not None:  # they append to streams: stopped (their state saved) first
             self.event_rules.close()
         self.rules.flush_statuses()
+        self.framing.close()
         self.streams.close()
         self.dataset.close()
 

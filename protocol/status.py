@@ -35,6 +35,7 @@ def status_document(served: Services, config: ServerConfig) -> dict[str, Any]:
             "oldest_readable_revision": dataset.oldest_readable,
         },
         "streams": {name: _stream_status(catalog.get(name)) for name in catalog.names()},
+        "framing": served.framing.status(),  # framing processes: started, segments written there and in threads
         "pipeline": served.pipeline_status(),
         "executors": served.executors_status(),  # windows given to rules in executors, content the driver moved
         "rules": {rule.name: rule_json(rule) for rule in served.rules.rules()},

@@ -265,7 +265,7 @@ def _upload(stream: Stream) -> Response:
         JsonLdFramer(reader, stream.config.timestamp_predicate, base_iri=request.base_url,
                      first_ordinal=stream.head() + 1) if rdf_format == RdfFormat.JSON_LD else
         ElementFramer(reader, rdf_format, stream.config.timestamp_predicate, base_iri=request.base_url,
-                      first_ordinal=stream.head() + 1))
+                      first_ordinal=stream.head() + 1, segments=services().framing))
     committed = 0
     first: int | None = None
     last: int | None = None

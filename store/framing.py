@@ -4,10 +4,11 @@ work in Rust and Python handling one record per element (DESIGN §2 "Completenes
 1. **Segments.** The body is read as bytes arrive and cut at statement boundaries: N-Quads after its last
    newline; TriG after a top-level ``}`` or ``.`` at a line end, a cut confirmed by parsing the segment (the
    prefixes and base declared so far are carried to the next segment).
-2. **Canonical TriG.** Each segment goes through ``serialize(parse(segment), TRIG)``: pyoxigraph parses and
-   writes it back in one pass without a Python object in the loop, keeping every literal's lexical form and
-   every blank node label. Its output has a fixed shape: a default-graph triple is a top-level line, and a
-   named graph's quads are a block ``<g> {`` … ``}``, one line per subject, literals without raw newlines.
+2. **Canonical TriG.** Each segment goes through ``serialize(parse(segment), TRIG)`` (``store.canonical``):
+   pyoxigraph parses and writes it back in one pass, keeping every literal's lexical form and every blank node
+   label. Its output has a fixed shape: a default-graph triple is a top-level line, and a named graph's quads are
+   a block ``<g> {`` … ``}``, one line per subject, literals without raw newlines. An upload's large segments are
+   written in the server's framing processes, while this thread cuts the previous segment (step 3).
 3. **Elements.** The canonical text is cut into elements with byte searches, one step per top-level
    statement: an element is a graph block and its timestamp triple (``<g> <ts> "…"^^xsd:dateTime .``, just
    before or just after the block, read with one regular expression), complete when the next element starts
@@ -24,8 +25,8 @@ from __future__ import annotations
 import io
 import re
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, replace
 from typing import IO
 
 from pyoxigraph import BlankNode, NamedNode, RdfFormat, parse, serialize
@@ -33,6 +34,7 @@ from pyoxigraph import BlankNode, NamedNode, RdfFormat, parse, serialize
 from sparql_ext.errors import InstantSyntaxError
 from sparql_ext.revision import parse_datetime_stamp
 from sparql_ext.windowing import to_micros
+from store.canonical import IN_THIS_THREAD, SegmentWriter, Syntax
 from store.elements import (
     PROV_GENERATED_AT_TIME,
     ElementName,
@@ -43,10 +45,8 @@ from store.elements import (
 from store.errors import ElementRejected, RdfSyntaxError
 
 _READ = 1 << 16
-_MAX_PENDING = 8 << 20  # bytes of a TriG body read without a confirmed cut before the precise path takes over
-_CANDIDATES = 4  # TriG cut candidates tried from the end of what has arrived
+_SEGMENT = 1 << 17  # bytes of a body that has arrived framed as one segment (fewer round trips to a framing process)
 _XSD = "http://www.w3.org/2001/XMLSchema#"
-_TRIG_END = re.compile(rb"(?:\}|\.)[ \t]*\r?\n")
 # In canonical TriG a statement ends at " , " (object list), " ;\n" (predicate list) or " .\n", outside literals
 # (a literal's own newlines are escaped, and IRIs and blank node labels hold no spaces).
 _STATEMENT_ENDS = re.compile(rb'"(?:[^"\\]|\\.)*"|( , | ;\n| \.\n)')
@@ -58,94 +58,114 @@ class _Pending:
 
     graph: bytes  # N-Triples form: <iri> or _:label
     stamp: bytes | None = None  # the canonical timestamp line
+    lexical: bytes = b""  # its literal's lexical form
     block: bytes = b""
     offset: int = 0
+
+
+@dataclass
+class _Written:
+    """A segment written as canonical TriG, not yet cut into elements."""
+
+    canonical: bytes
+    raw: bytes  # the segment as it came (the precise path reads it again if the fast path gives up)
+    base: int  # body offset of its first byte
+    syntax: Syntax  # prefixes and base IRI declared before it
 
 
 class ElementFramer:
     """The elements of a TriG / N-Quads body, lazily, as bytes arrive (see the module doc).
 
+    ``segments`` writes each segment's canonical TriG: in the caller's thread by default, in the server's framing
+    processes for an upload (``store.canonical.FramingProcesses``). While a framing process writes segment *k*,
+    this framer cuts segment *k − 1* into elements and its caller accepts them, provided more of the body is
+    already waiting (``arriving()`` of the source, when it has one): otherwise segment *k − 1*'s elements are
+    given out before the next read, which would wait for the client.
+
     ``first_ordinal`` only labels elements in error messages ("element 7"); the stream assigns the real
     ordinals when it accepts them."""
 
     def __init__(self, source: IO[bytes], rdf_format: RdfFormat, timestamp_predicate: str,
-                 *, base_iri: str | None = None, first_ordinal: int = 1) -> None:
+                 *, base_iri: str | None = None, first_ordinal: int = 1,
+                 segments: SegmentWriter = IN_THIS_THREAD) -> None:
         self._source = source
         self._format = rdf_format
+        self._media_type = rdf_format.media_type
         self._predicate = timestamp_predicate
-        self._base_iri = base_iri
+        self._segments = segments
         self.next_label = first_ordinal
         self.bytes_read = 0
-        self.seconds = 0.0  # spent canonicalizing and cutting (not waiting for bytes)
+        self.seconds = 0.0  # spent framing in this thread, or waiting for a framing process (not for bytes)
         self._seen: set[bytes] = set()
         self._added: list[bytes] = []  # graphs the segment being framed added to _seen
-        self._prefixes: dict[str, str] = {}
+        self._syntax = Syntax({}, base_iri)
+        self._pending: _Pending | None = None
         self._stamp = re.compile(
             rb"^((?:<[^>]*>)|(?:_:\S+)) <" + re.escape(timestamp_predicate.encode()) +
             rb'> "([^"\\]*)"\^\^<' + re.escape(_XSD.encode()) + rb"dateTime(?:Stamp)?> \.\n\Z")
 
     def __iter__(self) -> Iterator[ParsedElement]:
         buffer, base, eof = b"", 0, False
-        pending: _Pending | None = None
+        written: _Written | None = None  # the segment before the one being written
         while not eof:
             data = self._source.read(_READ)
-            self.bytes_read += len(data)
             eof = not data
+            while data and len(data) < _SEGMENT and self._arriving():  # one segment of what is already here
+                more = self._source.read(_READ)
+                eof = not more
+                data += more
+                if eof:
+                    break
+            self.bytes_read += len(data)
             buffer += data
-            started = time.perf_counter()
-            cut, canonical = self._segment(buffer, eof)
-            if cut is None:  # nothing confirmed: the precise path frames what is left and raises
-                yield from self._precise(pending, buffer, base)
-                return
-            if cut:
-                try:
-                    framed, pending_after = self._frame(canonical, base, pending)
-                except _OffFastPath:  # the precise path frames this segment again, and what follows
-                    yield from self._precise(pending, buffer, base)
-                    return
+            job = self._segments.submit(buffer, eof, self._media_type, self._syntax)
+            try:  # while the job runs (in a framing process, if it is large), the segment before it
+                if written is not None:
+                    stopped = yield from self._give(written, buffer)
+                    if stopped:
+                        return
+            finally:  # also when the caller stops early: the framing process is handed back
+                started = time.perf_counter()
+                segment = job.result()
                 self.seconds += time.perf_counter() - started
-                yield from framed
-                pending = pending_after
-                buffer, base = buffer[cut:], base + cut
-        if buffer.strip():
-            yield from self._precise(pending, buffer, base)
+            written = None
+            if segment.cut is None:  # nothing confirmed: the precise path frames what is left and raises
+                yield from self._precise(buffer, base, self._syntax)
+                return
+            if segment.cut:
+                written = _Written(segment.canonical, buffer[:segment.cut], base, self._syntax)
+                self._syntax = segment.syntax
+                buffer, base = buffer[segment.cut:], base + segment.cut
+                if not (job.remote and self._arriving()):  # nothing to overlap: give its elements out now
+                    stopped = yield from self._give(written, buffer)
+                    if stopped:
+                        return
+                    written = None
+        if written is not None and (yield from self._give(written, buffer)):
             return
-        if pending is not None:
-            yield self._finish(pending)
+        if buffer.strip():
+            yield from self._precise(buffer, base, self._syntax)
+            return
+        if self._pending is not None:
+            yield self._finish(self._pending)
 
-    # -- 1, 2: segments in canonical TriG ------------------------------------------------------------------------
+    def _arriving(self) -> bool:
+        """Whether more of the body is waiting to be read (a source that cannot tell: yes)."""
+        arriving = getattr(self._source, "arriving", None)
+        return True if arriving is None else bool(arriving())
 
-    def _segment(self, buffer: bytes, eof: bool) -> tuple[int | None, bytes]:
-        """(cut, the canonical TriG of ``buffer[:cut]``): cut 0 when no boundary has arrived yet, None when what
-        has arrived cannot be framed on the fast path (an error somewhere in it)."""
-        if self._format == RdfFormat.N_QUADS:
-            cut = len(buffer) if eof else buffer.rfind(b"\n") + 1
-            if not cut:
-                return 0, b""
-            canonical = self._canonical(buffer[:cut])
-            return (cut, canonical) if canonical is not None else (None, b"")
-        ends = [m.end() for m in _TRIG_END.finditer(buffer, max(0, len(buffer) - _MAX_PENDING))]
-        candidates = ([len(buffer)] if eof else []) + ends[::-1][:_CANDIDATES]
-        for cut in candidates:
-            canonical = self._canonical(buffer[:cut], keep_prefixes=True)
-            if canonical is not None:
-                return cut, canonical
-        if eof or len(buffer) > _MAX_PENDING:
-            return None, b""
-        return 0, b""
-
-    def _canonical(self, segment: bytes, *, keep_prefixes: bool = False) -> bytes | None:
-        """``segment`` written back by pyoxigraph as canonical TriG; None if it does not parse as it is."""
-        declarations = "".join(f"@prefix {name}: <{iri}> .\n" for name, iri in self._prefixes.items()).encode()
-        parser = parse(declarations + segment, self._format, base_iri=self._base_iri, rename_blank_nodes=False)
+    def _give(self, written: _Written, after: bytes) -> Generator[ParsedElement, None, bool]:
+        """The elements ``written`` completes; True when the fast path gave up on it and the precise path framed it
+        and what follows (``after``) instead, which ends the body's framing."""
+        started = time.perf_counter()
         try:
-            canonical = serialize(parser, format=RdfFormat.TRIG)
-        except SyntaxError:
-            return None
-        if keep_prefixes:
-            self._prefixes = dict(parser.prefixes)
-            self._base_iri = parser.base_iri or self._base_iri
-        return canonical or b""
+            framed, self._pending = self._frame(written.canonical, written.base, self._pending)
+        except _OffFastPath:  # the precise path frames this segment again, and what follows
+            yield from self._precise(written.raw + after, written.base, written.syntax)
+            return True
+        self.seconds += time.perf_counter() - started
+        yield from framed
+        return False
 
     # -- 3: elements ---------------------------------------------------------------------------------------------
 
@@ -155,6 +175,7 @@ class ElementFramer:
         ``_OffFastPath`` before anything is given out when the segment is not for the fast path."""
         framed: list[ParsedElement] = []
         label_before, self._added = self.next_label, []
+        pending = None if pending is None else replace(pending)  # the precise path gets it as it was if this fails
         try:
             pending = self._frame_into(canonical, base, pending, framed)
         except (_OffFastPath, ElementRejected):
@@ -189,12 +210,12 @@ class ElementFramer:
             if pending is not None and pending.graph == graph:
                 if pending.stamp is not None:
                     raise _OffFastPath()  # a second timestamp triple: the precise path says so
-                pending.stamp = statement
+                pending.stamp, pending.lexical = statement, match[2]
                 continue
             if pending is not None:
                 framed.append(self._finish(pending))
             pending = self._start(graph, base)
-            pending.stamp = statement
+            pending.stamp, pending.lexical = statement, match[2]
         return pending
 
     def _start(self, graph: bytes, base: int) -> _Pending:
@@ -210,9 +231,7 @@ class ElementFramer:
         time = None
         stamp = None
         if pending.stamp is not None:
-            match = self._stamp.match(pending.stamp)
-            assert match is not None
-            lexical = match[2].decode()
+            lexical = pending.lexical.decode()
             try:  # the message is only written when there is one to give
                 time = to_micros(parse_datetime_stamp(lexical, ""))
             except InstantSyntaxError:
@@ -226,19 +245,20 @@ class ElementFramer:
 
     # -- the precise path ----------------------------------------------------------------------------------------
 
-    def _precise(self, pending: _Pending | None, rest: bytes, base: int) -> Iterator[ParsedElement]:
-        """Frame ``rest`` (and the element still pending) one quad at a time: the elements before a problem are
-        yielded, then the problem is raised naming its element."""
+    def _precise(self, rest: bytes, base: int, syntax: Syntax) -> Iterator[ParsedElement]:
+        """Frame ``rest`` (read with ``syntax``, and the element still pending) one quad at a time: the elements
+        before a problem are yielded, then the problem is raised naming its element."""
+        pending = self._pending
         carried = b"" if pending is None else (pending.stamp or b"") + pending.block
         if self._format == RdfFormat.N_QUADS:  # the pending element goes first, as N-Quads too
             head = serialize(parse(carried, RdfFormat.TRIG, rename_blank_nodes=False), format=RdfFormat.N_QUADS)
             head = head or b""
         else:
-            declarations = "".join(f"@prefix {name}: <{iri}> .\n" for name, iri in self._prefixes.items())
+            declarations = "".join(f"@prefix {name}: <{iri}> .\n" for name, iri in syntax.prefixes.items())
             head = declarations.encode() + carried
         if pending is not None:
             self._seen.discard(pending.graph)
-        precise = QuadFramer(io.BytesIO(head + rest), self._format, self._predicate, base_iri=self._base_iri,
+        precise = QuadFramer(io.BytesIO(head + rest), self._format, self._predicate, base_iri=syntax.base_iri,
                              first_ordinal=self.next_label, seen=self._seen, byte_offset=base - len(head))
         for element in precise:
             if not element.is_punctuation:

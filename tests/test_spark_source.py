@@ -24,6 +24,7 @@ from pipeline.element_source import (  # noqa: E402
     SCHEMA,
     ElementLogReader,
     LogSlice,
+    batch_due,
     start_element_pipeline,
     stop_element_pipeline,
 )
@@ -63,6 +64,28 @@ def append(root: Path, stream: str, *records: dict[str, object], partial: str = 
 
 
 # ------------------------------------------------------------------------- offsets, without Spark running
+
+
+def test_a_flood_gets_a_batch_a_second_a_steady_stream_every_quarter_second() -> None:
+    # 1,000 elements/s of ≈ 100-byte records, 0.3 s after the previous batch: 30 KB, not a flood
+    assert batch_due(0.3, 30_000, 0.25, 1.0)
+    assert not batch_due(0.2, 30_000, 0.25, 1.0)  # never before the short interval
+    # 25,000 elements/s: 750 KB in 0.3 s, 2.5 MB/s: a flood waits for the long interval
+    assert not batch_due(0.3, 750_000, 0.25, 1.0)
+    assert not batch_due(0.99, 2_475_000, 0.25, 1.0)
+    assert batch_due(1.0, 2_500_000, 0.25, 1.0)
+    assert batch_due(0.3, 750_000, 0.25, 0.0)  # no flood interval: as before
+
+
+def test_the_reader_holds_a_flood_back_until_the_flood_interval(tmp_path: Path) -> None:
+    append(tmp_path, "a", element(1, T0))
+    reader = ElementLogReader(tmp_path, min_batch_interval=0.0, flood_batch_interval=30.0)
+    first = reader.latestOffset({"a": 0}, None)  # type: ignore[arg-type]
+    assert first["a"] > 0  # an isolated element: at once
+    append(tmp_path, "a", *(element(o, T0 + o) for o in range(2, 40_000)))  # ≈ 2 MB just after: a flood
+    assert reader.latestOffset(first, None) == first  # type: ignore[arg-type]
+    steady = ElementLogReader(tmp_path, min_batch_interval=0.0)
+    assert steady.latestOffset(first, None)["a"] > first["a"]  # type: ignore[arg-type]
 
 
 def test_offsets_stop_at_the_last_complete_line(tmp_path: Path) -> None:

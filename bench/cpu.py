@@ -38,7 +38,8 @@ from typing import Any
 THREAD_NAMES_SHIM = Path(__file__).resolve().parent / "threadnames"
 TICK = 1.0 / os.sysconf("SC_CLK_TCK")
 
-FRAMING = "framing: request threads (HTTP body, parsing, element framing)"
+FRAMING = "framing: request threads (HTTP body, element framing, accepting)"
+FRAMING_PROCESSES = "framing: framing processes (parsing, canonical TriG)"
 COMMIT = "commit: commit-<stream> threads (store write, log write + fsync)"
 BULK_LOAD = "commit: native threads (pyoxigraph bulk loads of large groups)"
 ROCKSDB = "RocksDB background threads (flush, compaction)"
@@ -49,11 +50,11 @@ WORKER_ENDED = "worker: threads that ended between samples (mostly bulk-load thr
 MASTER = "gunicorn master"
 SPARK_JVM = "Spark: JVM"
 SPARK_PYTHON = "Spark: Python workers (element-log source, daemons)"
-SERVER_COMPONENTS = (FRAMING, COMMIT, BULK_LOAD, ROCKSDB, WINDOWS, SPARK_JVM, SPARK_PYTHON, WORKER_MAIN, WORKER_OTHER,
-                     WORKER_ENDED, MASTER)
+SERVER_COMPONENTS = (FRAMING, FRAMING_PROCESSES, COMMIT, BULK_LOAD, ROCKSDB, WINDOWS, SPARK_JVM, SPARK_PYTHON,
+                     WORKER_MAIN, WORKER_OTHER, WORKER_ENDED, MASTER)
 #: The issue's coarse components, each a sum of the fine ones above.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "framing": (FRAMING,),
+    "framing": (FRAMING, FRAMING_PROCESSES),
     "log write + fsync": (COMMIT, BULK_LOAD, ROCKSDB),
     "Spark batches": (SPARK_JVM, SPARK_PYTHON),
     "window building": (WINDOWS,),
@@ -109,7 +110,8 @@ def _cmdline(pid: int) -> list[str]:
 
 def process_kind(pid: int, root: int) -> str:
     """``master`` (the server's root: gunicorn's arbiter), ``jvm``, ``pyspark`` (a Python process Spark started),
-    ``worker`` (another Python process: the gunicorn worker) or ``other``."""
+    ``framing`` (a framing process, ``store.canonical``), ``worker`` (another Python process: the gunicorn worker)
+    or ``other``."""
     if pid == root:
         return "master"
     argv = _cmdline(pid)
@@ -119,6 +121,8 @@ def process_kind(pid: int, root: int) -> str:
         return "jvm"
     if any("pyspark" in arg for arg in argv):
         return "pyspark"
+    if "store.canonical" in argv:
+        return "framing"
     if "python" in os.path.basename(argv[0]):
         return "worker"
     return "other"
@@ -184,7 +188,8 @@ class CpuSampler:
             if kind == "worker":
                 self._sample_worker(pid)
             else:
-                component = {"master": MASTER, "jvm": SPARK_JVM, "pyspark": SPARK_PYTHON}.get(kind, WORKER_OTHER)
+                component = {"master": MASTER, "jvm": SPARK_JVM, "pyspark": SPARK_PYTHON,
+                             "framing": FRAMING_PROCESSES}.get(kind, WORKER_OTHER)
                 self._record((pid, 0), component, _cpu_seconds(f"/proc/{pid}/stat"))
         self._first = False
 

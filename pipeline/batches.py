@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 #: of up to this much latency then (see ``ElementLogReader.latestOffset``).
 MIN_BATCH_INTERVAL = 0.25
 #: While streams flood (``pipeline.element_source.batch_due``), batches start no sooner than this apart.
-FLOOD_BATCH_INTERVAL = 1.0
+FLOOD_BATCH_INTERVAL = 0.8
 _INDEX_CATCH_UP_SECONDS = 30.0  # the index is updated right after the log fsync: this is a safety net
 _MAX_BACKOFF_SECONDS = 60.0
 

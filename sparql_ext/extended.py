@@ -174,14 +174,21 @@ def _parse(text: str, base_iri: str | None, tokens: list[Token] | None = None) -
     stack: list[tuple[int, str | None]] = []  # open '{' indices with the innermost enclosing GRAPH name
     while i < len(tokens):
         tok = tokens[i]
-        if ctx.is_punct(i, "{"):
-            graph = stack[-1][1] if stack else None
-            if i >= 2 and tokens[i - 2].is_keyword("GRAPH") and tokens[i - 1].kind in (Kind.VAR, Kind.IRI, Kind.PNAME):
-                graph = tokens[i - 1].text
-            stack.append((i, graph))
-        elif ctx.is_punct(i, "}"):
-            stack.pop()
-        elif tok.is_keyword("REVISION", "WINDOWS", "SERVICE"):
+        if tok.kind is Kind.PUNCT:  # most tokens are neither brackets nor words: one test each (a rule has dozens)
+            if tok.text == "{":
+                graph = stack[-1][1] if stack else None
+                if (i >= 2 and tokens[i - 2].is_keyword("GRAPH")
+                        and tokens[i - 1].kind in (Kind.VAR, Kind.IRI, Kind.PNAME)):
+                    graph = tokens[i - 1].text
+                stack.append((i, graph))
+            elif tok.text == "}":
+                stack.pop()
+            i += 1
+            continue
+        if tok.kind is not Kind.WORD:
+            i += 1
+            continue
+        if tok.is_keyword("REVISION", "WINDOWS", "SERVICE"):
             if not stack:
                 raise ParseFailure(f"{tok.text.upper()} must be inside a group pattern", tok.start)
             part, close = _part(ctx, i, stack[-1])
@@ -189,7 +196,7 @@ def _parse(text: str, base_iri: str | None, tokens: list[Token] | None = None) -
             raw_parts.append(part)
             i = close + 1
             continue
-        elif tok.is_keyword("THEN"):
+        if tok.is_keyword("THEN"):
             if not (ctx.is_punct(i + 1, "(") and ctx.is_punct(i + 2, ")")):
                 raise ParseFailure("THEN takes no arguments: write THEN()", tok.start)
             replacements.append(_Replacement(tok.start, tokens[i + 2].end, THEN_CALL))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from sparql_ext.errors import NestingTooDeep, QuerySyntaxError
 
@@ -33,8 +33,9 @@ class Kind(Enum):
     PUNCT = "punct"
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
+    """A token (a named tuple: a rule's text has dozens, and building a frozen dataclass costs twice as much)."""
+
     kind: Kind
     text: str
     start: int  # offset of the first character in the source text

@@ -9,8 +9,13 @@ piece by piece (the attributes used are checked, and anything else falls back to
 from __future__ import annotations
 
 import select
+import socket
 import time
 from typing import IO, Any
+
+#: Bytes of a chunked body that must wait on the socket for ``arriving``: more than a chunk's framing can be
+#: (gunicorn refuses chunk-size lines over 8,190 bytes), so some of them are data.
+ARRIVING_BYTES = 16 << 10
 
 
 class AvailableReader:
@@ -51,8 +56,10 @@ class AvailableReader:
         return data[:size]  # type: ignore[no-any-return]
 
     def arriving(self) -> bool:
-        """Whether more of the body is waiting: buffered, or readable on the socket now (a framer may then do
-        other work before reading, knowing the read will not wait for the client). True when it cannot tell."""
+        """Whether the next ``read`` returns body bytes without waiting for the client: some are buffered, or at least
+        ``ARRIVING_BYTES`` wait on the socket. A few bytes are not enough: they may be only a chunk's closing CRLF
+        and the next chunk's header, and reading them would wait for that chunk's data. A body of known length:
+        True (its ``read`` waits for a full block anyway)."""
         chunked = self._chunked
         if chunked is None or self._body.buf.tell() or chunked.buf.tell():
             return True
@@ -60,9 +67,13 @@ class AvailableReader:
         sock = getattr(unreader, "sock", None)
         if sock is None or unreader is None:
             return True
-        if unreader.buf.tell():
-            return True
-        return bool(select.select([sock], [], [], 0)[0])
+        waiting: int = unreader.buf.tell()
+        if waiting < ARRIVING_BYTES and select.select([sock], [], [], 0)[0]:
+            try:
+                waiting += len(sock.recv(ARRIVING_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+            except OSError:  # nothing after all, or a broken connection (the read will say so)
+                return False
+        return waiting >= ARRIVING_BYTES
 
     def readable(self) -> bool:
         return True

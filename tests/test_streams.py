@@ -272,6 +272,66 @@ def test_a_live_upload_that_never_ends_gets_its_refusal(server: RunningServer) -
     assert hr_values(url) == [70, 71]
 
 
+def framed_in_processes(server: RunningServer) -> int:
+    return int(requests.get(f"{server.url}/status").json()["framing"]["segments"])
+
+
+XSD = "http://www.w3.org/2001/XMLSchema#"
+
+
+def big_element(n: int) -> str:
+    """Element ``n`` of a large upload (≈ 330 bytes): a typed literal in a non-canonical form, a string with an
+    escaped newline and quotes, a blank node label; stamped 2016-06-21T00:00:00Z + n seconds."""
+    stamp = f"2016-06-21T{n // 3600:02d}:{n // 60 % 60:02d}:{n % 60:02d}Z"
+    return (f'<http://ex/big{n}> <{PROV}> "{stamp}"^^<{XSD_DT}> .\n'
+            f'<http://ex/big{n}> {{ _:reading{n} <http://ex/hr> "0{70 + n % 30}"^^<{XSD}integer> ;'
+            f' <http://ex/note> "line\\nbreak \\"{n}\\"" . }}\n')
+
+
+def test_a_large_upload_framed_in_the_framing_processes_keeps_every_value_and_stops_at_a_bad_element(
+        server: RunningServer) -> None:
+    url = make_stream(server, "big-bad")
+    before = framed_in_processes(server)
+    good = "".join(big_element(n) for n in range(3000)).encode()  # ≈ 1 MB: pieces of ≥ 16 KiB go to the processes
+    bad = f'<http://ex/big3000> <{PROV}> "2016-06-21T00:50:00Z"^^<{XSD_DT}> .\n<http://ex/big3000> {{ <a> <b> '
+    rest = "".join(big_element(n) for n in range(3001, 3100)).encode()
+    body = (good[i:i + 50_000] for i in range(0, len(good), 50_000))
+    r = upload(url, iter([*body, bad.encode(), b'"unterminated . }\n', rest]))
+    assert r.status_code == 400, r.text
+    assert "element 3001" in r.text and "<http://ex/big3000>" in r.text
+    assert r.headers["Elements-Committed"] == "3000"
+    assert requests.get(url).json()["elements"] == 3000
+    assert framed_in_processes(server) > before  # this upload went through the framing processes
+    dataset = requests.get(url, headers={"Accept": "application/n-quads"}).content
+    # element 2999 as sent: hr 70 + 2999 % 30 = 99, written "099" (not canonicalized); the note's escapes; its label
+    assert b'_:reading2999 <http://ex/hr> "099"^^<http://www.w3.org/2001/XMLSchema#integer> <http://ex/big2999> .' \
+        in dataset
+    assert b'_:reading2999 <http://ex/note> "line\\nbreak \\"2999\\"" <http://ex/big2999> .' in dataset
+    assert b"big3000" not in dataset and b"big3001" not in dataset
+
+
+def test_elements_of_a_large_piece_are_visible_before_the_upload_goes_on(server: RunningServer) -> None:
+    """A large piece (framed in a framing process) followed by a pause: its elements are committed during the pause,
+    not held until more of the body comes (all but the last, which the next element would complete)."""
+    url = make_stream(server, "big-pause")
+    host, port = urlsplit(server.url).hostname, urlsplit(server.url).port
+    before = framed_in_processes(server)
+    with socket.create_connection((host, port)) as conn:
+        conn.sendall(b"POST /streams/big-pause HTTP/1.1\r\nHost: x\r\nContent-Type: application/trig\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        data = "".join(big_element(n) for n in range(500)).encode()  # ≈ 160 KB in one chunk
+        conn.sendall(b"%x\r\n%s\r\n" % (len(data), data))
+        deadline = time.monotonic() + 10
+        while requests.get(url).json()["elements"] < 499 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert requests.get(url).json()["elements"] == 499  # element 500 waits for the next element or the end
+        assert framed_in_processes(server) > before
+        conn.sendall(b"0\r\n\r\n")
+        response = conn.recv(65536)
+    assert response.startswith(b"HTTP/1.1 200"), response
+    assert requests.get(url).json()["elements"] == 500
+
+
 def test_bad_window_refs_name_the_bad_part(server: RunningServer) -> None:
     url = make_stream(server, "badref")
     upload(url, element("a", 0, 70))

@@ -105,13 +105,12 @@ class ElementLogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends = self._current(start)
         if self._cap is not None:  # Trigger.AvailableNow: nothing past what existed when it began
             ends = {k: min(v, self._cap[k]) if k in self._cap else start.get(k, 0) for k, v in ends.items()}
-        new_bytes = sum(max(0, offset - start.get(name, 0)) for name, offset in ends.items())
-        if not new_bytes and all(offset == start.get(name, 0) for name, offset in ends.items()):
-            return dict(sorted(ends.items()))
-        if self._cap is None and not batch_due(elapsed, new_bytes, self.min_batch_interval,
-                                               self.flood_batch_interval):
-            return start
-        self._last_advance = time.monotonic()
+        if any(offset != start.get(name, 0) for name, offset in ends.items()):
+            new_bytes = sum(max(0, offset - start.get(name, 0)) for name, offset in ends.items())
+            if self._cap is None and not batch_due(elapsed, new_bytes, self.min_batch_interval,
+                                                   self.flood_batch_interval):
+                return start
+            self._last_advance = time.monotonic()
         return dict(sorted(ends.items()))  # Spark compares offsets as JSON text: keep key order stable
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802

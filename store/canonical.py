@@ -198,28 +198,27 @@ class FramingProcesses:
         return _Remote(self, process, (buffer, eof, media_type, syntax))
 
     def _take(self) -> _Process | None:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            pass
-        with self._lock:
-            if self._closed:
-                return None
-            if len(self._started) < self.processes:
-                try:
-                    process = _Process()
-                except OSError:
-                    return None
-                self._started.append(process)
-                return process
-        while True:  # all busy: wait for one, or for room to start one if a process died meanwhile
+        """An idle framing process; else a new one while fewer than ``processes`` run; else the next one freed.
+        None once closed, or when no process can be started (the caller frames the segment itself)."""
+        while True:
             try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                pass
+            with self._lock:
+                if self._closed:
+                    return None
+                if len(self._started) < self.processes:
+                    try:
+                        process = _Process()
+                    except OSError:
+                        return None
+                    self._started.append(process)
+                    return process
+            try:  # all busy: wait for one (looking again now and then: one that died leaves room for a new one)
                 return self._idle.get(timeout=0.5)
             except queue.Empty:
-                with self._lock:
-                    if self._closed or len(self._started) < self.processes:
-                        break
-        return self._take()
+                continue
 
     def release(self, process: _Process) -> None:
         self._idle.put(process)

@@ -85,6 +85,12 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number (0 or more)")
+    return int(text)
+
+
 def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -114,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a request's headers must arrive within this time, else 408 (default 10)")
     serve.add_argument("--max-body-bytes", type=_size, default=None,
                        help="largest accepted RDF upload, e.g. 2g (default: no limit)")
-    serve.add_argument("--framing-processes", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
+    serve.add_argument("--framing-processes", type=_count, default=min(2, os.cpu_count() or 1), metavar="N",
                        help="processes that parse and write the large segments of uploads, beside the request "
                             "threads (default: 2, or 1 on one core; 0: in the request threads)")
     serve.add_argument("--retention", type=int, default=None,

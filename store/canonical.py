@@ -178,6 +178,8 @@ class FramingProcesses:
     thread. ``processes`` 0: every segment in the caller's thread."""
 
     def __init__(self, processes: int) -> None:
+        if processes < 0:
+            raise ValueError(f"framing processes: {processes} (give 0 or more)")
         self.processes = processes
         self._idle: queue.LifoQueue[_Process] = queue.LifoQueue()
         self._started: list[_Process] = []

@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
     (["--spark-conf", "executor.memory=2g"], "write spark.KEY=VALUE"),
     (["--spark-conf", "spark.executor.memory"], "write spark.KEY=VALUE"),
     (["--rules-on", "workers"], "invalid choice: 'workers'"),
+    (["--framing-processes", "-1"], "'-1': give a whole number (0 or more)"),
+    (["--framing-processes", "two"], "'two': give a whole number (0 or more)"),
 ])
 def test_bad_spark_settings_are_refused(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:

@@ -21,8 +21,8 @@ $(VENV)/installed: setup.cfg pyproject.toml $(CONSTRAINTS)
 serve: $(VENV)/installed  ## install, then run the server on an on-disk store in $(DATA), with the example rules
 	$(VENV)/bin/concentrator serve --data $(DATA) --host $(HOST) --port $(PORT) --rules $(RULES)
 
-test: $(VENV)/installed  ## install, then run the whole test suite (conformance included), on two workers (a file per worker)
-	$(VENV)/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+test: $(VENV)/installed  ## install, then run the whole test suite (conformance included), on three workers (a file per worker)
+	$(VENV)/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 test-fast: $(VENV)/installed  ## the tests that need no JVM (no Spark, no Jena) and are not marked slow: ≈ 40 s
 	$(VENV)/bin/python -m pytest -m "not jvm and not slow" -n 2

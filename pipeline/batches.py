@@ -42,11 +42,18 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pipeline.assignment import assign_ranges, fold_runs, sequence_table
-from pipeline.element_source import LOG_DIRECTORY, WARM_UP_STREAM, start_element_pipeline, stop_element_pipeline
+from pipeline.element_source import (
+    LOG_DIRECTORY,
+    WARM_UP_STREAM,
+    DueHints,
+    start_element_pipeline,
+    stop_element_pipeline,
+    write_due_hints,
+)
 from pipeline.errors import PipelineError
 from pipeline.spark import SparkSettings, spark_session
 from sparql_ext.histogram import Histogram
-from sparql_ext.window_state import BatchSummary, Step, advance, assignable
+from sparql_ext.window_state import BatchSummary, Step, advance, assignable, next_due
 from sparql_ext.windowing import WindowSpec
 from store.element_log import segment_name
 from store.log_records import ElementRecord, encode
@@ -63,6 +70,10 @@ log = logging.getLogger(__name__)
 MIN_BATCH_INTERVAL = 0.25
 #: While streams flood (``pipeline.element_source.batch_due``), batches start no sooner than this apart.
 FLOOD_BATCH_INTERVAL = 0.8
+#: Records that complete no window (``sparql_ext.window_state.next_due``) wait up to this for a batch; the record
+#: that completes one starts a batch at once. Not a round number of seconds: a batch on this clock would otherwise
+#: keep coinciding with the completion of 1 s windows and delay it.
+IDLE_BATCH_INTERVAL = 1.7
 _INDEX_CATCH_UP_SECONDS = 30.0  # the index is updated right after the log fsync: this is a safety net
 _MAX_BACKOFF_SECONDS = 60.0
 
@@ -92,13 +103,16 @@ class WindowPipeline:
 
     def __init__(self, catalog: StreamCatalog, data_dir: Path, settings: SparkSettings | None = None,
                  *, trigger_seconds: float = 0.0, min_batch_interval: float = MIN_BATCH_INTERVAL,
-                 flood_batch_interval: float = FLOOD_BATCH_INTERVAL, warm_up: bool = True) -> None:
+                 flood_batch_interval: float = FLOOD_BATCH_INTERVAL, idle_batch_interval: float = IDLE_BATCH_INTERVAL,
+                 warm_up: bool = True) -> None:
         self.catalog = catalog
         self.data_dir = data_dir
         self.settings = settings or SparkSettings()
         self.trigger_seconds = trigger_seconds
         self.min_batch_interval = min_batch_interval
         self.flood_batch_interval = flood_batch_interval
+        self.idle_batch_interval = idle_batch_interval
+        self._due: DueHints | None = None  # the hints last written (``_write_due``)
         self.warm_up = warm_up
         self.root = data_dir / "streams"
         self.checkpoint = data_dir / "spark" / "checkpoint"
@@ -206,9 +220,11 @@ class WindowPipeline:
 
     def _start_query(self) -> StreamingQuery:
         assert self.spark is not None
+        self._due = None  # the start removes the due file
         return start_element_pipeline(self.spark, self.root, self.checkpoint, self.apply_batch, self.trigger_seconds,
                                       query_name=None, min_batch_interval=self.min_batch_interval,
-                                      flood_batch_interval=self.flood_batch_interval)
+                                      flood_batch_interval=self.flood_batch_interval,
+                                      idle_batch_interval=self.idle_batch_interval)
 
     def _supervise(self) -> None:
         """Restart the query after a failed batch (Spark re-runs that batch from the checkpoint)."""
@@ -322,6 +338,7 @@ class WindowPipeline:
                     emitted += len(step.windows)
                     expired += self._expire(self.catalog.get(stream_name), step)
             stream_name = "-"
+            self._write_due()
             phases["advance"] = time.monotonic() - began - sum(phases.values())
         except Exception as error:
             message = f"batch {batch_id}, stream {stream_name}: {type(error).__name__}: {error}"
@@ -337,6 +354,19 @@ class WindowPipeline:
             self._status.last_batch_phases = {name: round(seconds, 4) for name, seconds in phases.items()}
             self._status.windows_emitted += emitted
             self._status.expired_elements += expired
+
+    def _write_due(self) -> None:
+        """After a batch: what each stream's next window waits for (``next_due``), for the source to start the next
+        batch as soon as a record completes a window (``pipeline.element_source.batch_due``). Written when changed."""
+        hints: DueHints = {}
+        for name in self.catalog.names():
+            stream = self.catalog.find(name)
+            if stream is not None:
+                due = next_due(stream.windows.state, stream.windows.sequences(), stream, stream.config.lateness)
+                hints[name] = None if due is None else [due.time, due.ordinal]
+        if hints != self._due:
+            write_due_hints(self.checkpoint, hints)
+            self._due = hints
 
     def _retire_idle_sequences(self) -> None:
         """Between batches: sequences nobody holds or used for a while stop being computed (``WindowLog.retire_idle``);

@@ -15,6 +15,7 @@ Reading the logs' records as Arrow batches (which streams, where complete lines 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -28,16 +29,28 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
-from pipeline.log_reader import LOG_DIRECTORY, SCHEMA, WARM_UP_STREAM, list_streams, log_end, read_range
+from pipeline.log_reader import (
+    LOG_DIRECTORY,
+    SCHEMA,
+    WARM_UP_STREAM,
+    list_streams,
+    log_end,
+    range_completes,
+    read_range,
+)
 
 log = logging.getLogger(__name__)
 
 __all__ = ["LOG_DIRECTORY", "SCHEMA", "SOURCE_NAME", "WARM_UP_STREAM", "ElementLogReader", "ElementLogSource",
-           "LogSlice", "element_stream", "register", "start_element_pipeline", "stop_element_pipeline"]
+           "DueHints", "LogSlice", "element_stream", "register", "start_element_pipeline", "stop_element_pipeline",
+           "write_due_hints"]
 
 SOURCE_NAME = "element_log"
 
 Offsets = dict[str, int]
+#: Per stream, what its next window waits for: ``[time µs or null, ordinal or null]``, or null for "cannot tell"
+#: (``sparql_ext.window_state.next_due``, written by the batch handler after each batch; see ``DUE_FILE``).
+DueHints = dict[str, list[int | None] | None]
 
 
 # ----------------------------------------------------------------------------------------------- the source
@@ -64,14 +77,19 @@ class ElementLogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
 
     def __init__(self, root: Path, starting: str = "earliest", pause_file: Path | None = None,
-                 min_batch_interval: float = 0.0, flood_batch_interval: float = 0.0) -> None:
+                 min_batch_interval: float = 0.0, flood_batch_interval: float = 0.0, due_file: Path | None = None,
+                 idle_batch_interval: float = 0.0) -> None:
         self.root = root
         self.starting = starting
         self.pause_file = pause_file
         self.min_batch_interval = min_batch_interval
         self.flood_batch_interval = flood_batch_interval
+        self.due_file = due_file
+        self.idle_batch_interval = idle_batch_interval
         self._cap: Offsets | None = None
         self._last_advance = float("-inf")  # monotonic time of the last offset that had new data
+        self._hints: tuple[int, DueHints] | None = None  # (the due file's mtime, its hints)
+        self._scanned: dict[str, tuple[int, int, bool]] = {}  # stream -> (range start, scanned up to, completes)
 
     def _paused(self) -> bool:
         """True while the pause marker exists; acknowledged once by an ``.ack`` file next to it."""
@@ -94,24 +112,65 @@ class ElementLogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:  # noqa: N802
         """Current complete-line ends; the read limit is ignored (always ``ReadAllAvailable`` here).
 
-        New data is reported when ``batch_due`` says so: an isolated element starts a batch at once, a steady
-        flow gets a batch every ``min_batch_interval`` seconds, a flood one every ``flood_batch_interval``.
+        New data is reported when ``batch_due`` says so: records that complete a window start a batch at once
+        (``_completes``), other records of a steady flow get a batch every ``min_batch_interval`` seconds (every
+        ``idle_batch_interval`` when the due file says they complete nothing), a flood one every
+        ``flood_batch_interval``.
         """
         if self._paused():
             return start
         elapsed = time.monotonic() - self._last_advance
-        if elapsed < self.min_batch_interval:
-            return start
         ends = self._current(start)
         if self._cap is not None:  # Trigger.AvailableNow: nothing past what existed when it began
             ends = {k: min(v, self._cap[k]) if k in self._cap else start.get(k, 0) for k, v in ends.items()}
-        if any(offset != start.get(name, 0) for name, offset in ends.items()):
-            new_bytes = sum(max(0, offset - start.get(name, 0)) for name, offset in ends.items())
-            if self._cap is None and not batch_due(elapsed, new_bytes, self.min_batch_interval,
-                                                   self.flood_batch_interval):
+        changed = {name: (start.get(name, 0), offset) for name, offset in ends.items()
+                   if offset != start.get(name, 0)}
+        if changed:
+            new_bytes = sum(max(0, end - begin) for begin, end in changed.values())
+            if self._cap is None and not batch_due(
+                    elapsed, new_bytes, self.min_batch_interval, self.flood_batch_interval,
+                    completes=lambda: self._completes(changed), idle_interval=self.idle_batch_interval):
                 return start
             self._last_advance = time.monotonic()
+            self._scanned.clear()
         return dict(sorted(ends.items()))  # Spark compares offsets as JSON text: keep key order stable
+
+    def _completes(self, changed: dict[str, tuple[int, int]]) -> bool | None:
+        """Whether the new records complete a window of some stream (True), complete none (False), or cannot tell
+        (None: no due file yet, or a stream it does not cover). Each stream's new bytes are read once per range
+        (``_scanned``), not again at every poll."""
+        hints = self._due_hints()
+        if hints is None:
+            return None
+        unknown = False
+        for name, (begin, end) in changed.items():
+            hint = hints.get(name)
+            if hint is None or end < begin:  # no hint, or a re-created log
+                unknown = True
+                continue
+            first, scanned, completes = self._scanned.get(name, (begin, begin, False))
+            if first != begin:
+                scanned, completes = begin, False
+            if not completes and end > scanned:
+                completes = range_completes(self.root / name / LOG_DIRECTORY, scanned, end, hint[0], hint[1])
+            self._scanned[name] = (begin, end, completes)
+            if completes:
+                return True
+        return None if unknown else False
+
+    def _due_hints(self) -> DueHints | None:
+        """The due file's hints (read again when it changed); None without one."""
+        if self.due_file is None:
+            return None
+        try:
+            changed = self.due_file.stat().st_mtime_ns
+            if self._hints is None or self._hints[0] != changed:
+                self._hints = (changed, json.loads(self.due_file.read_bytes()))
+                self._scanned.clear()
+        except (OSError, ValueError):
+            self._hints = None
+            return None
+        return self._hints[1]
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         self._cap = self._current({})
@@ -139,13 +198,19 @@ FLOOD_BYTES_PER_SECOND = 1 << 20
 
 
 def batch_due(elapsed: float, new_bytes: int, min_interval: float, flood_interval: float,
-              flood_rate: float = FLOOD_BYTES_PER_SECOND) -> bool:
+              flood_rate: float = FLOOD_BYTES_PER_SECOND, *, completes: Callable[[], bool | None] = lambda: None,
+              idle_interval: float = 0.0) -> bool:
     """Whether a micro-batch starts now, ``elapsed`` seconds after the previous batch with data began, with
-    ``new_bytes`` of log records arrived since: not before ``min_interval``; and while records arrive faster than
-    ``flood_rate`` (≈ 10,000 elements/s), not before ``flood_interval``. Every Spark batch costs the same planning
-    and checkpoint work, and under a flood back-to-back batches took ≈ 40 % of the machine's two cores away from
-    ingestion (``bench.ingest``): fewer, larger batches then, at the cost of up to ``flood_interval`` of window
-    latency. A trickle or a steady stream below the rate keeps the short interval.
+    ``new_bytes`` of log records arrived since.
+
+    - While records arrive faster than ``flood_rate`` (≈ 10,000 elements/s): not before ``flood_interval``. Every
+      Spark batch costs the same planning and checkpoint work, and under a flood back-to-back batches took ≈ 40 %
+      of the machine's two cores away from ingestion (``bench.ingest``): fewer, larger batches then, at the cost
+      of up to ``flood_interval`` of window latency.
+    - Otherwise, when the new records complete a window (``completes()``, asked only then): at once. A batch is the
+      window's latency: waiting for a clock added ≈ half an interval to every window (``bench.ingest``'s steady run).
+    - When they complete none (``completes()`` is False): not before ``idle_interval`` (the batch only moves the
+      pipeline's read position); when that cannot be told (None): not before ``min_interval``.
 
     >>> batch_due(0.3, 30_000, 0.25, 1.0)     # 100 KB/s: a steady stream
     True
@@ -153,18 +218,28 @@ def batch_due(elapsed: float, new_bytes: int, min_interval: float, flood_interva
     False
     >>> batch_due(1.0, 3_000_000, 0.25, 1.0)
     True
+    >>> batch_due(0.05, 5_000, 0.25, 1.0, completes=lambda: True)  # the element that ends a window
+    True
+    >>> batch_due(0.5, 50_000, 0.25, 1.0, completes=lambda: False, idle_interval=2.0)
+    False
     """
-    if elapsed < min_interval:
-        return False
-    return elapsed >= flood_interval or new_bytes < flood_rate * elapsed
+    if new_bytes >= flood_rate * max(elapsed, min_interval):
+        return elapsed >= max(min_interval, flood_interval)
+    if elapsed >= max(min_interval, idle_interval):
+        return True
+    known = completes()
+    if known is None:
+        return elapsed >= min_interval
+    return known
 
 
 class ElementLogSource(DataSource):
     """``spark.readStream.format("element_log").option("path", root)``.
 
     Options: ``startingOffsets`` (``earliest``, the default, or ``latest``; only for a new checkpoint),
-    ``pauseFile`` (while that file exists the source reports no new data; see :func:`stop_element_pipeline`)
-    ``minBatchInterval`` and ``floodBatchInterval`` (seconds; see :meth:`ElementLogReader.latestOffset`).
+    ``pauseFile`` (while that file exists the source reports no new data; see :func:`stop_element_pipeline`),
+    ``dueFile`` (JSON ``DueHints``: what each stream's next window waits for), ``minBatchInterval``,
+    ``floodBatchInterval`` and ``idleBatchInterval`` (seconds; see :meth:`ElementLogReader.latestOffset`).
     """
 
     @classmethod
@@ -180,10 +255,12 @@ class ElementLogSource(DataSource):
         starting = self.options.get("startingOffsets", "earliest").lower()
         if starting not in ("earliest", "latest"):
             raise ValueError(f"element_log: startingOffsets must be earliest or latest, not {starting!r}")
-        pause = self.options.get("pauseFile")
+        pause, due = self.options.get("pauseFile"), self.options.get("dueFile")
         interval = float(self.options.get("minBatchInterval", "0"))
         flood = float(self.options.get("floodBatchInterval", "0"))
-        return ElementLogReader(Path(self.options["path"]), starting, Path(pause) if pause else None, interval, flood)
+        idle = float(self.options.get("idleBatchInterval", "0"))
+        return ElementLogReader(Path(self.options["path"]), starting, Path(pause) if pause else None, interval, flood,
+                                Path(due) if due else None, idle)
 
 
 def register(spark: SparkSession) -> None:
@@ -193,23 +270,27 @@ def register(spark: SparkSession) -> None:
 
 def element_stream(
     spark: SparkSession, root: Path, starting: str = "earliest", pause_file: Path | None = None,
-    min_batch_interval: float = 0.0, flood_batch_interval: float = 0.0,
+    min_batch_interval: float = 0.0, flood_batch_interval: float = 0.0, due_file: Path | None = None,
+    idle_batch_interval: float = 0.0,
 ) -> DataFrame:
     """The streaming DataFrame of all records of all streams under ``root``."""
     register(spark)
     reader = spark.readStream.format(SOURCE_NAME).option("path", str(root)).option("startingOffsets", starting)
-    if pause_file is not None:
-        reader = reader.option("pauseFile", str(pause_file))
-    if min_batch_interval > 0:
-        reader = reader.option("minBatchInterval", str(min_batch_interval))
-    if flood_batch_interval > 0:
-        reader = reader.option("floodBatchInterval", str(flood_batch_interval))
+    for name, path in (("pauseFile", pause_file), ("dueFile", due_file)):
+        if path is not None:
+            reader = reader.option(name, str(path))
+    for name, seconds in (("minBatchInterval", min_batch_interval), ("floodBatchInterval", flood_batch_interval),
+                          ("idleBatchInterval", idle_batch_interval)):
+        if seconds > 0:
+            reader = reader.option(name, str(seconds))
     return reader.load()
 
 
 # --------------------------------------------------------------------------------------------- the pipeline
 
 PAUSE_FILE = "_pause"
+#: In the checkpoint directory: the batch handler's ``DueHints`` (``write_due_hints``), read by the source.
+DUE_FILE = "_due.json"
 
 
 def _pause_paths(checkpoint: Path) -> tuple[Path, Path]:
@@ -227,6 +308,7 @@ def start_element_pipeline(
     query_name: str | None = None,
     min_batch_interval: float = 0.0,
     flood_batch_interval: float = 0.0,
+    idle_batch_interval: float = 0.0,
 ) -> StreamingQuery:
     """Run ``on_batch(batch_df, batch_id)`` for every micro-batch of new records, via ``foreachBatch``.
 
@@ -234,17 +316,31 @@ def start_element_pipeline(
     ``on_batch`` returns; a batch not marked done (``on_batch`` raised, crash, hard stop) is re-run with the
     same ``batch_id`` and the same rows on restart. Stop with :func:`stop_element_pipeline`, which never
     cuts a batch; even so, keep ``on_batch`` idempotent per ``batch_id`` to survive crashes.
+
+    ``on_batch`` may write ``write_due_hints`` (what each stream's next window waits for): records that complete
+    nothing then wait up to ``idle_batch_interval``. The hints of an earlier run are removed here: until the first
+    batch writes new ones, every stream counts as "cannot tell".
     """
     checkpoint.mkdir(parents=True, exist_ok=True)
-    for marker in _pause_paths(checkpoint):
+    for marker in (*_pause_paths(checkpoint), checkpoint / DUE_FILE):
         marker.unlink(missing_ok=True)
     stream = element_stream(spark, root, starting, pause_file=_pause_paths(checkpoint)[0],
-                            min_batch_interval=min_batch_interval, flood_batch_interval=flood_batch_interval)
+                            min_batch_interval=min_batch_interval, flood_batch_interval=flood_batch_interval,
+                            due_file=checkpoint / DUE_FILE, idle_batch_interval=idle_batch_interval)
     writer = stream.writeStream.foreachBatch(on_batch).option("checkpointLocation", str(checkpoint))
     writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
     if query_name:
         writer = writer.queryName(query_name)
     return writer.start()
+
+
+def write_due_hints(checkpoint: Path, hints: DueHints) -> None:
+    """Replace the due file at once (a new file renamed over the old: the source never reads half of one). No
+    fsync: after a crash the file is removed at start (``start_element_pipeline``)."""
+    path = checkpoint / DUE_FILE
+    temporary = path.with_name(DUE_FILE + ".new")
+    temporary.write_text(json.dumps(hints, sort_keys=True))
+    temporary.replace(path)
 
 
 def stop_element_pipeline(query: StreamingQuery, checkpoint: Path, timeout: float = 30.0) -> bool:

@@ -155,6 +155,40 @@ def read_range(stream: str, directory: Path, start: int, end: int) -> Iterator[p
     Each segment's bytes are decoded at once by pyarrow's JSON reader (C++; ~10× the per-line Python decode, which
     was most of a flood's pipeline cost); a range it refuses (a corrupted line) is read again line by line, which
     skips what does not decode, with a warning."""
+    for base, position, block in _range_blocks(directory, start, end):
+        try:
+            batch = _decode_block(stream, base, position, block)
+        except (pa.ArrowInvalid, ValueError):
+            yield from _decode_lines(stream, base, position, block)
+            continue
+        if batch is not None:
+            yield batch
+
+
+def range_completes(directory: Path, start: int, end: int, due_time: int | None, due_ordinal: int | None) -> bool:
+    """Whether the records at ``[start, end)`` may complete one of the stream's windows, given what its next window
+    waits for (``sparql_ext.window_state.next_due``): a record that is not an element (a punctuation moves stream
+    time, a registration starts a sequence), or an element with a timestamp ≥ ``due_time`` or an ordinal ≥
+    ``due_ordinal``. A block that does not decode counts as completing (the batch then reads it as usual)."""
+    for base, position, block in _range_blocks(directory, start, end):
+        try:
+            batch = _decode_block("", base, position, block)
+        except (pa.ArrowInvalid, ValueError):
+            return True
+        if batch is None:
+            continue
+        kinds = batch.column("kind")
+        if not pc.all(pc.equal(kinds, "element")).as_py():
+            return True
+        if due_time is not None and pc.max(batch.column("time").cast(pa.int64())).as_py() >= due_time:
+            return True
+        if due_ordinal is not None and pc.max(batch.column("ordinal")).as_py() >= due_ordinal:
+            return True
+    return False
+
+
+def _range_blocks(directory: Path, start: int, end: int) -> Iterator[tuple[int, int, bytes]]:
+    """(segment base, position, bytes) of the complete lines at positions ``[start, end)``, segment by segment."""
     bases = segment_bases(directory)
     for i, base in enumerate(bases):
         limit = bases[i + 1] if i + 1 < len(bases) else end
@@ -163,13 +197,7 @@ def read_range(stream: str, directory: Path, start: int, end: int) -> Iterator[p
         path = directory / (segment_name(base) + ".jsonl")
         first, stop = max(start, base) - base, min(end, limit) - base
         for block_start, block in _blocks(path, first, stop):
-            try:
-                batch = _decode_block(stream, base, base + block_start, block)
-            except (pa.ArrowInvalid, ValueError):
-                yield from _decode_lines(stream, base, base + block_start, block)
-                continue
-            if batch is not None:
-                yield batch
+            yield base, base + block_start, block
 
 
 _JSON_SCHEMA = pa.schema([("o", pa.int64()), ("t", pa.int64()), ("g", pa.string()), ("c", pa.int64()),

@@ -140,6 +140,48 @@ def assignable(state: PipelineState, sequences: Iterable[RegisteredSequence]) ->
     return result
 
 
+@dataclass(frozen=True)
+class Due:
+    """When a stream's next window can complete: an element read with a timestamp ≥ ``time`` (µs) or an ordinal ≥
+    ``ordinal`` (``None``: no window of that kind is waiting). Other records (a punctuation, a registration) may
+    complete or start windows whatever they hold."""
+
+    time: int | None
+    ordinal: int | None
+
+
+def next_due(state: PipelineState, sequences: Iterable[RegisteredSequence], index: ElementIndex,
+             lateness: int = 0) -> Due | None:
+    """What the stream's records must reach before the next ``advance`` can complete a window, as of ``state``
+    (lets the pipeline start a batch at once for the element that completes a window, and wait for the others).
+
+    A time window k completes when the watermark (stream time − ``lateness``) reaches its end, a count window when
+    its last ordinal is read (``_complete``): the earliest of those over the next window of each live sequence.
+    A sequence registered but not read yet is left out (its registration record comes first). ``None`` when it
+    cannot be told from a timestamp or an ordinal: a t0 that waits for its anchor, a time width with a count step.
+    """
+    due_time: int | None = None
+    due_ordinal: int | None = None
+    for sequence in sequences:
+        if sequence.id not in state.next_index:
+            continue
+        spec = bound_spec(sequence.spec, state, sequence.id)
+        if spec is None or spec.kind != spec.step_kind:
+            return None
+        k = state.next_index[sequence.id]
+        if spec.count is not None and k >= spec.first + spec.count:
+            continue  # every window of the sequence was materialized
+        window_bounds = bounds(spec, k, index)
+        if window_bounds is None:
+            return None
+        if spec.kind == "count":
+            due_ordinal = window_bounds[1] if due_ordinal is None else min(due_ordinal, window_bounds[1])
+        else:
+            end = window_bounds[1] + lateness
+            due_time = end if due_time is None else min(due_time, end)
+    return Due(due_time, due_ordinal)
+
+
 # -- assignment: the arithmetic the Spark job runs, on numpy arrays --------------------------------------------
 
 def assign_ranges(ordinals: np.ndarray, times: np.ndarray, spec: WindowSpec) -> tuple[np.ndarray, np.ndarray]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,6 +28,7 @@ from pipeline.element_source import (  # noqa: E402
     batch_due,
     start_element_pipeline,
     stop_element_pipeline,
+    write_due_hints,
 )
 from pipeline.spark import SparkSettings, spark_session  # noqa: E402
 from sparql_ext.window_state import assign_ranges as assign_ranges_numpy  # noqa: E402
@@ -86,6 +88,39 @@ def test_the_reader_holds_a_flood_back_until_the_flood_interval(tmp_path: Path) 
     assert reader.latestOffset(first, None) == first  # type: ignore[arg-type]
     steady = ElementLogReader(tmp_path, min_batch_interval=0.0)
     assert steady.latestOffset(first, None)["a"] > first["a"]  # type: ignore[arg-type]
+
+
+def test_the_element_that_completes_a_window_starts_a_batch_at_once_the_others_wait(tmp_path: Path) -> None:
+    # The due file says stream a's next window ends at T0 + 1 s (a time window) and stream c's at ordinal 5 (a count
+    # window); b has a sequence whose t0 waits for its anchor (null: cannot tell).
+    write_due_hints(tmp_path, {"a": [T0 + S, None], "b": None, "c": [None, 5]})
+    append(tmp_path, "a", element(1, T0))
+    reader = ElementLogReader(tmp_path, min_batch_interval=0.25, due_file=tmp_path / "_due.json",
+                              idle_batch_interval=30.0)
+    first = reader.latestOffset({}, None)  # type: ignore[arg-type]
+    assert first["a"] > 0  # the first batch of a reader: long after "the previous one"
+    # elements of the current window only: they wait (for the idle interval, 30 s here)
+    append(tmp_path, "a", element(2, T0 + S // 2), element(3, T0 + S - 1))
+    assert reader.latestOffset(first, None) == first  # type: ignore[arg-type]
+    # the element at the window's end completes it: at once, well before the short interval too
+    append(tmp_path, "a", element(4, T0 + S))
+    assert reader.latestOffset(first, None)["a"] == log_file(tmp_path, "a").stat().st_size  # type: ignore[arg-type]
+    second = reader.latestOffset(first, None)  # type: ignore[arg-type]
+    # a punctuation completes whatever it holds: at once
+    append(tmp_path, "a", {"p": T0 + 2 * S, "c": 1})
+    third = reader.latestOffset(second, None)  # type: ignore[arg-type]
+    assert third["a"] > second["a"]
+    # c: ordinals 1..4 wait, ordinal 5 completes its count window
+    append(tmp_path, "c", *(element(o, T0 + o) for o in range(1, 5)))
+    assert reader.latestOffset(third, None) == third  # type: ignore[arg-type]
+    append(tmp_path, "c", element(5, T0 + 5))
+    fourth = reader.latestOffset(third, None)  # type: ignore[arg-type]
+    assert fourth["c"] == log_file(tmp_path, "c").stat().st_size
+    # b cannot tell: the short interval, as without a due file
+    append(tmp_path, "b", element(1, T0))
+    assert reader.latestOffset(fourth, None) == fourth  # type: ignore[arg-type]
+    time.sleep(0.3)
+    assert reader.latestOffset(fourth, None)["b"] > 0  # type: ignore[arg-type]
 
 
 def test_offsets_stop_at_the_last_complete_line(tmp_path: Path) -> None:

@@ -20,12 +20,14 @@ from hypothesis import strategies as st
 from sparql_ext.window_state import (
     MAX_EMPTY_RUN,
     BatchSummary,
+    Due,
     PipelineState,
     WindowDraft,
     advance,
     assign_ranges,
     assignable,
     fold_runs,
+    next_due,
 )
 from sparql_ext.windowing import Element, ListIndex, WindowSpec, resolve, windows
 from sparql_ext.windowref import parse_window_ref
@@ -111,6 +113,11 @@ class Simulation:
                 summary.registrations.append((position, value, ordinal))  # type: ignore[arg-type]
         if ordinals:
             summary.max_ordinal, summary.max_time = max(ordinals), max(times)
+        # what the pipeline's source is told: records that do not reach it complete no window (checked below)
+        due = next_due(self.state, self.sequences, Index(self.times), self.lateness)
+        reaches = due is None or any(kind != "element" for kind, _ in batch) or any(
+            (due.time is not None and t >= due.time) or (due.ordinal is not None and o >= due.ordinal)
+            for o, t in zip(ordinals, times, strict=True))
         assigned = assignable(self.state, self.sequences)
         for ident, spec in assigned.items():  # the batch job: the same arithmetic as pipeline/assignment.py
             array_o, array_t = np.array(ordinals, np.int64), np.array(times, np.int64)
@@ -119,12 +126,16 @@ class Simulation:
         step = advance(self.state, summary, self.sequences, Index(self.times, self.first_ordinal),
                        assigned=assigned, lateness=self.lateness, retention=self.retention)
         self.state = step.state
+        assert reaches or not step.windows, (due, batch, step.windows)
         for draft in step.windows:
             self.drafts[draft.sequence].append(draft)
         for ident, count in step.skipped.items():
             self.skipped[ident] = self.skipped.get(ident, 0) + count
         if step.expire_before is not None:
             self.first_ordinal = step.expire_before
+
+    def state_and_sequences(self) -> tuple[PipelineState, list[Sequence], Index]:
+        return self.state, self.sequences, Index(self.times)
 
     def got(self, sequence: Sequence) -> Got:
         return [(d.index, d.start, d.end, tuple(o for a, b in d.runs for o in range(a, b + 1)))
@@ -235,6 +246,40 @@ def test_pending_origin_binds_to_the_first_element() -> None:
     sim.add(hm("10:00"))
     sim.batch()
     assert sim.state.origins[sequence.id] == hm("10:00")
+
+
+def test_next_due_is_the_end_of_the_next_window() -> None:
+    # forward 5-minute windows every minute from 10:00; 10:00..10:03 read: window 0 = [10:00, 10:05) is next
+    sim = Simulation()
+    sim.add(hm("10:00"))
+    sequence = sim.register("R/HEAD/PT05M/PT01M")
+    sim.add(hm("10:01"), hm("10:02"), hm("10:03"))
+    sim.batch()
+    index = Index(sim.times)
+    assert next_due(sim.state, sim.sequences, index) == Due(hm("10:05"), None)
+    assert next_due(sim.state, sim.sequences, index, lateness=30 * S) == Due(hm("10:05") + 30 * S, None)
+    sim.add(hm("10:05"))  # completes window 0; window 1 = [10:01, 10:06) is next
+    sim.batch()
+    assert [k for k, *_ in sim.got(sequence)] == [0]
+    assert next_due(sim.state, sim.sequences, Index(sim.times)) == Due(hm("10:06"), None)
+    # 10:06..10:10 (ordinals 6..10) complete windows 1..5 (ends 10:06..10:10): window 6 ends at 10:11. A count
+    # sequence beside it, registered once ten elements exist: HEAD~9..HEAD = ordinals 1..10 is window 0, complete
+    # at once; window 1 is ordinals 2..11, due at ordinal 11
+    sim.add(*[hm(f"10:{m:02d}") for m in range(6, 11)])
+    sim.register("R/HEAD~9/HEAD/1")
+    sim.batch()
+    assert next_due(sim.state, sim.sequences, Index(sim.times)) == Due(hm("10:11"), 11)
+
+
+def test_next_due_cannot_tell_a_pending_origin_or_a_count_step_and_ignores_finished_sequences() -> None:
+    pending = Simulation()
+    pending.register("R/HEAD/PT05M")  # an empty stream: t0 waits for the first element
+    pending.batch()
+    assert next_due(pending.state, pending.sequences, Index(pending.times)) is None
+    assert next_due(*run_case(CASES["count-step"])[0].state_and_sequences()) is None
+    finished, _, _ = run_case(CASES["R3"])
+    assert next_due(*finished.state_and_sequences()) == Due(None, None)  # R3: its three windows are out
+    assert next_due(PipelineState(), [], Index([])) == Due(None, None)
 
 
 def test_bounded_sequence_stops() -> None:

@@ -66,7 +66,7 @@ log = logging.getLogger(__name__)
 
 #: Under a steady flow, a batch with data starts no sooner than this after the previous one (an isolated
 #: element still starts one at once): bounds the pipeline's CPU share while streams ingest fast, at the cost
-#: of up to this much latency then (see ``ElementLogReader.latestOffset``).
+#: of up to this much latency then (see ``ElementLogReader.next_end``).
 MIN_BATCH_INTERVAL = 0.25
 #: While streams flood (``pipeline.element_source.batch_due``), batches start no sooner than this apart.
 FLOOD_BATCH_INTERVAL = 0.8

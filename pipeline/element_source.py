@@ -5,9 +5,9 @@ fsyncs them; a line counts only once its ``\\n`` is on disk. Spark's offset for 
 position just past the last complete line}`` (a position is a segment's base plus an offset in it: positions only
 grow), so a micro-batch is a set of position ranges, which makes replay after a restart exact:
 Spark checkpoints the offsets of a batch before running it and re-runs the same ranges if it did not
-commit. Why a file and not a socket: the reader runs in separate Python processes (the planner process
-for offsets, executor workers for ``read``), so it cannot share memory with the server anyway, and the
-log is already the durable source of truth.
+commit. Why a file and not a socket: the reader runs in separate Python processes (the process that plans the
+query's batches, which also reads them; an executor's worker when Spark replays a batch), so it cannot share memory
+with the server anyway, and the log is already the durable source of truth.
 
 Reading the logs' records as Arrow batches (which streams, where complete lines end, the rows of a range) is
 ``pipeline.log_reader``'s.
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
@@ -56,9 +56,9 @@ DueHints = dict[str, list[int | None] | None]
 # ----------------------------------------------------------------------------------------------- the source
 
 
-@dataclass
-class LogSlice(InputPartition):
-    """One stream's new bytes in a micro-batch; pickled to the executor's Python worker."""
+@dataclass(frozen=True)
+class LogSlice:
+    """One stream's new bytes in a micro-batch."""
 
     stream: str
     path: str
@@ -66,8 +66,16 @@ class LogSlice(InputPartition):
     end: int
 
 
-class ElementLogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are byte positions of complete lines; holds no state besides the options.
+class ElementLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are byte positions of complete lines.
+
+    A *simple* stream reader (Spark's name): the records of a batch are read where its end offset is decided, in the
+    Python process that plans the query's batches, and handed to Spark with the plan (Arrow batches, kept in the
+    block manager). The other kind of reader decides offsets there and reads in a Python worker per task: measured
+    here, that round trip cost ≈ 60–90 ms of every batch whatever it held, against ≈ 20 ms to take prefetched rows
+    (``bench/README.md``, "a batch when a window completes"). The rows are the records' metadata (≈ 100 bytes each;
+    element content stays in the log). A batch that Spark runs again after a restart is read by
+    ``readBetweenOffsets``, from the same byte ranges.
 
     A stream missing from the start offset starts at 0 (it appeared after the query started). A stream
     whose directory is gone is dropped from the next offset. A log shorter than its checkpointed offset
@@ -109,8 +117,23 @@ class ElementLogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._current({})
         return {name: 0 for name in list_streams(self.root)}
 
-    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:  # noqa: N802
-        """Current complete-line ends; the read limit is ignored (always ``ReadAllAvailable`` here).
+    def read(self, start: Offsets) -> tuple[Iterator[pa.RecordBatch], Offsets]:
+        """The next batch: its records and end offset (``start`` and no record while no batch is due). A list's
+        iterator: Spark's cache of prefetched batches copies it."""
+        end = self.next_end(start)
+        if end == start:
+            return iter(()), start
+        return iter(self.records(start, end)), end
+
+    def readBetweenOffsets(self, start: Offsets, end: Offsets) -> Iterator[pa.RecordBatch]:  # noqa: N802
+        """A batch again (Spark replays the one it had not committed before a stop or a crash)."""
+        return iter(self.records(start, end))
+
+    def records(self, start: Offsets, end: Offsets) -> list[pa.RecordBatch]:
+        return [batch for part in self.slices(start, end) for batch in self.read_slice(part)]
+
+    def next_end(self, start: Offsets) -> Offsets:
+        """Current complete-line ends, when a batch is due (else ``start``).
 
         New data is reported when ``batch_due`` says so: records that complete a window start a batch at once
         (``_completes``), other records of a steady flow get a batch every ``min_batch_interval`` seconds (every
@@ -175,7 +198,7 @@ class ElementLogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         self._cap = self._current({})
 
-    def partitions(self, start: Offsets, end: Offsets) -> list[LogSlice]:
+    def slices(self, start: Offsets, end: Offsets) -> list[LogSlice]:
         slices = []
         for name, stop in end.items():
             begin = start.get(name, 0)
@@ -185,9 +208,8 @@ class ElementLogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 slices.append(LogSlice(name, str(self.root / name / LOG_DIRECTORY), begin, stop))
         return slices
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, LogSlice)
-        return read_range(partition.stream, Path(partition.path), partition.start, partition.end)
+    def read_slice(self, part: LogSlice) -> Iterator[pa.RecordBatch]:
+        return read_range(part.stream, Path(part.path), part.start, part.end)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to release: the logs belong to the store, which owns their retention."""
@@ -239,7 +261,7 @@ class ElementLogSource(DataSource):
     Options: ``startingOffsets`` (``earliest``, the default, or ``latest``; only for a new checkpoint),
     ``pauseFile`` (while that file exists the source reports no new data; see :func:`stop_element_pipeline`),
     ``dueFile`` (JSON ``DueHints``: what each stream's next window waits for), ``minBatchInterval``,
-    ``floodBatchInterval`` and ``idleBatchInterval`` (seconds; see :meth:`ElementLogReader.latestOffset`).
+    ``floodBatchInterval`` and ``idleBatchInterval`` (seconds; see :meth:`ElementLogReader.next_end`).
     """
 
     @classmethod
@@ -249,7 +271,7 @@ class ElementLogSource(DataSource):
     def schema(self) -> StructType:
         return SCHEMA
 
-    def streamReader(self, schema: StructType) -> ElementLogReader:  # noqa: N802
+    def simpleStreamReader(self, schema: StructType) -> ElementLogReader:  # noqa: N802
         if "path" not in self.options:
             raise ValueError("element_log needs option 'path' (the stream log root directory)")
         starting = self.options.get("startingOffsets", "earliest").lower()
@@ -349,7 +371,7 @@ def stop_element_pipeline(query: StreamingQuery, checkpoint: Path, timeout: floa
     ``query.stop()`` alone interrupts the query thread wherever it is; measured: the interrupt can land
     while the commit of a finished batch is being written, so the batch is re-run on restart. Instead a
     marker file pauses the source (it reports no new data), and the reader acknowledges on its next
-    ``latestOffset`` call, which Spark only makes once the previous batch is committed. Returns whether
+    ``read`` (Spark's ``latestOffset``), which Spark only makes once the previous batch is committed. Returns whether
     the acknowledgement came within ``timeout`` (the query is stopped either way).
     """
     pause, ack = _pause_paths(checkpoint)

@@ -82,12 +82,12 @@ def test_a_flood_gets_a_batch_a_second_a_steady_stream_every_quarter_second() ->
 def test_the_reader_holds_a_flood_back_until_the_flood_interval(tmp_path: Path) -> None:
     append(tmp_path, "a", element(1, T0))
     reader = ElementLogReader(tmp_path, min_batch_interval=0.0, flood_batch_interval=30.0)
-    first = reader.latestOffset({"a": 0}, None)  # type: ignore[arg-type]
+    first = reader.next_end({"a": 0})
     assert first["a"] > 0  # an isolated element: at once
     append(tmp_path, "a", *(element(o, T0 + o) for o in range(2, 40_000)))  # ≈ 2 MB just after: a flood
-    assert reader.latestOffset(first, None) == first  # type: ignore[arg-type]
+    assert reader.next_end(first) == first
     steady = ElementLogReader(tmp_path, min_batch_interval=0.0)
-    assert steady.latestOffset(first, None)["a"] > first["a"]  # type: ignore[arg-type]
+    assert steady.next_end(first)["a"] > first["a"]
 
 
 def test_the_element_that_completes_a_window_starts_a_batch_at_once_the_others_wait(tmp_path: Path) -> None:
@@ -97,30 +97,30 @@ def test_the_element_that_completes_a_window_starts_a_batch_at_once_the_others_w
     append(tmp_path, "a", element(1, T0))
     reader = ElementLogReader(tmp_path, min_batch_interval=0.25, due_file=tmp_path / "_due.json",
                               idle_batch_interval=30.0)
-    first = reader.latestOffset({}, None)  # type: ignore[arg-type]
+    first = reader.next_end({})
     assert first["a"] > 0  # the first batch of a reader: long after "the previous one"
     # elements of the current window only: they wait (for the idle interval, 30 s here)
     append(tmp_path, "a", element(2, T0 + S // 2), element(3, T0 + S - 1))
-    assert reader.latestOffset(first, None) == first  # type: ignore[arg-type]
+    assert reader.next_end(first) == first
     # the element at the window's end completes it: at once, well before the short interval too
     append(tmp_path, "a", element(4, T0 + S))
-    assert reader.latestOffset(first, None)["a"] == log_file(tmp_path, "a").stat().st_size  # type: ignore[arg-type]
-    second = reader.latestOffset(first, None)  # type: ignore[arg-type]
+    assert reader.next_end(first)["a"] == log_file(tmp_path, "a").stat().st_size
+    second = reader.next_end(first)
     # a punctuation completes whatever it holds: at once
     append(tmp_path, "a", {"p": T0 + 2 * S, "c": 1})
-    third = reader.latestOffset(second, None)  # type: ignore[arg-type]
+    third = reader.next_end(second)
     assert third["a"] > second["a"]
     # c: ordinals 1..4 wait, ordinal 5 completes its count window
     append(tmp_path, "c", *(element(o, T0 + o) for o in range(1, 5)))
-    assert reader.latestOffset(third, None) == third  # type: ignore[arg-type]
+    assert reader.next_end(third) == third
     append(tmp_path, "c", element(5, T0 + 5))
-    fourth = reader.latestOffset(third, None)  # type: ignore[arg-type]
+    fourth = reader.next_end(third)
     assert fourth["c"] == log_file(tmp_path, "c").stat().st_size
     # b cannot tell: the short interval, as without a due file
     append(tmp_path, "b", element(1, T0))
-    assert reader.latestOffset(fourth, None) == fourth  # type: ignore[arg-type]
+    assert reader.next_end(fourth) == fourth
     time.sleep(0.3)
-    assert reader.latestOffset(fourth, None)["b"] > 0  # type: ignore[arg-type]
+    assert reader.next_end(fourth)["b"] > 0
 
 
 def test_offsets_stop_at_the_last_complete_line(tmp_path: Path) -> None:
@@ -128,26 +128,44 @@ def test_offsets_stop_at_the_last_complete_line(tmp_path: Path) -> None:
     (tmp_path / "empty-dir").mkdir()  # no log yet: not a stream
     reader = ElementLogReader(tmp_path)
     assert reader.initialOffset() == {"a": 0}
-    end = reader.latestOffset({"a": 0}, None)  # type: ignore[arg-type]
+    end = reader.next_end({"a": 0})
     assert end == {"a": log_file(tmp_path, "a").read_bytes().rindex(b"\n") + 1}
     assert ElementLogReader(tmp_path, "latest").initialOffset() == end
-    rows = [row for batch in reader.read(reader.partitions({}, end)[0]) for row in batch.to_pylist()]
+    rows = [row for batch in reader.read_slice(reader.slices({}, end)[0]) for row in batch.to_pylist()]
     second = log_file(tmp_path, "a").read_bytes().index(b"\n") + 1
     found = [(r["kind"], r["ordinal"], r["position"]) for r in rows]
     assert found == [("element", 1, 0), ("punctuation", None, second)]
     assert rows[1]["time"] == datetime(2016, 6, 20, 10, 0, 1, tzinfo=UTC)
 
 
+def test_a_batch_is_read_where_its_end_is_decided_and_read_again_alike(tmp_path: Path) -> None:
+    # what Spark calls: read(start) -> (the batch's records, its end), nothing while no batch is due; after a
+    # restart, readBetweenOffsets(start, end) gives the same rows
+    append(tmp_path, "a", element(1, T0), element(2, T0 + S))
+    append(tmp_path, "b", {"p": T0 + 2 * S, "c": 1})
+    reader = ElementLogReader(tmp_path, min_batch_interval=30.0)
+    records, end = reader.read({})
+    rows = [(r["stream"], r["kind"], r["ordinal"]) for batch in records for r in batch.to_pylist()]
+    assert rows == [("a", "element", 1), ("a", "element", 2), ("b", "punctuation", None)]
+    assert end == {"a": log_file(tmp_path, "a").stat().st_size, "b": log_file(tmp_path, "b").stat().st_size}
+    append(tmp_path, "a", element(3, T0 + 3 * S))
+    records, same = reader.read(end)  # within the interval: no batch
+    assert same == end and list(records) == []
+    again = [(r["stream"], r["kind"], r["ordinal"]) for batch in reader.readBetweenOffsets({}, end)
+             for r in batch.to_pylist()]
+    assert again == rows
+
+
 def test_deleted_stream_reads_nothing_and_leaves_the_offsets(tmp_path: Path) -> None:
     append(tmp_path, "a", element(1, T0))
     append(tmp_path, "b", element(1, T0))
     reader = ElementLogReader(tmp_path)
-    end = reader.latestOffset({}, None)  # type: ignore[arg-type]
-    slices = reader.partitions({}, end)
-    shutil.rmtree(tmp_path / "b")  # between latestOffset and read
-    assert [len(list(reader.read(s))) for s in slices] == [1, 0]
-    assert list(reader.latestOffset(end, None)) == ["a"]  # type: ignore[arg-type]
-    assert list(reader.read(LogSlice("x", str(tmp_path / "x" / "log"), 0, 10))) == []
+    end = reader.next_end({})
+    slices = reader.slices({}, end)
+    shutil.rmtree(tmp_path / "b")  # between the offsets and the read
+    assert [len(list(reader.read_slice(s))) for s in slices] == [1, 0]
+    assert list(reader.next_end(end)) == ["a"]
+    assert list(reader.read_slice(LogSlice("x", str(tmp_path / "x" / "log"), 0, 10))) == []
 
 
 def test_positions_run_on_across_segments_and_retention_removes_whole_ones(tmp_path: Path) -> None:
@@ -155,13 +173,13 @@ def test_positions_run_on_across_segments_and_retention_removes_whole_ones(tmp_p
     first = log_file(tmp_path, "a").stat().st_size
     append(tmp_path, "a", {**element(2, T0 + S), "d": 0, "n": 80}, base=first)  # the next segment starts there
     reader = ElementLogReader(tmp_path)
-    end = reader.latestOffset({}, None)  # type: ignore[arg-type]
+    end = reader.next_end({})
     assert end == {"a": first + log_file(tmp_path, "a", first).stat().st_size}
-    rows = [r for batch in reader.read(reader.partitions({}, end)[0]) for r in batch.to_pylist()]
+    rows = [r for batch in reader.read_slice(reader.slices({}, end)[0]) for r in batch.to_pylist()]
     assert [(r["ordinal"], r["position"], r["segment"], r["offset"], r["length"]) for r in rows] == [
         (1, 0, 0, 0, 70), (2, first, first, 0, 80)]
     log_file(tmp_path, "a").unlink()  # retention deleted the first segment: its positions read nothing
-    rows = [r for batch in reader.read(reader.partitions({}, end)[0]) for r in batch.to_pylist()]
+    rows = [r for batch in reader.read_slice(reader.slices({}, end)[0]) for r in batch.to_pylist()]
     assert [r["ordinal"] for r in rows] == [2]
 
 
@@ -173,7 +191,7 @@ def test_records_read_columnar_equal_a_line_by_line_read_and_skip_what_is_not_a_
              {"x": 1}, element(2, T0 + 2 * S) | {"d": 70, "n": 5}, {"r": "q2", "h": 2, "c": 4}]
     append(tmp_path, "a", *lines)
     reader = ElementLogReader(tmp_path)
-    end = reader.latestOffset({}, None)  # type: ignore[arg-type]
+    end = reader.next_end({})
     text = log_file(tmp_path, "a").read_bytes()
     starts = [0] + [i + 1 for i, byte in enumerate(text) if byte == 10][:-1]
     expected = [("element", 1, T0, None, 0, 0, 70, starts[0]), ("registration", None, None, "q", None, None, None,
@@ -182,7 +200,7 @@ def test_records_read_columnar_equal_a_line_by_line_read_and_skip_what_is_not_a_
                 ("registration", 2, None, "q2", None, None, None, starts[5])]
 
     def rows() -> list[tuple[object, ...]]:
-        found = [r for batch in reader.read(reader.partitions({}, end)[0]) for r in batch.to_pylist()]
+        found = [r for batch in reader.read_slice(reader.slices({}, end)[0]) for r in batch.to_pylist()]
         return [(r["kind"], r["ordinal"], None if r["time"] is None else
                  int((r["time"] - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(microseconds=1)),
                  r["sequence"], r["segment"], r["offset"], r["length"], r["position"]) for r in found]

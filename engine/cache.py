@@ -13,6 +13,7 @@ functions whose value changes between evaluations (``NOW()``, ``RAND()``, ``UUID
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections import OrderedDict
@@ -23,6 +24,7 @@ T = TypeVar("T")
 _VOLATILE = re.compile(r"\b(?:NOW|RAND|UUID|STRUUID|BNODE)\s*\(|urn:x-concentrator:fn:then", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_static(sparql: str) -> bool:
     """Whether a query's answer depends only on the dataset it reads (no volatile function calls)."""
     return _VOLATILE.search(sparql) is None

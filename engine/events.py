@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -30,9 +31,11 @@ from store.stream import Stream
 FilterFunction = Callable[[EventFilter, Mapping[str, Any], int, int], bool]
 
 
+@functools.lru_cache(maxsize=4096)
 def checked_events(text: str, base: str | None) -> EventQuery:
     """``text``'s MATCH clauses (none: ``EventQuery.clauses`` is empty), each EVENT's pattern, each event FILTER and
-    the rest of the query checked; ``QuerySyntaxError`` (400) at the line and column of ``text``."""
+    the rest of the query checked; ``QuerySyntaxError`` (400) at the line and column of ``text``. Cached, as
+    ``checked_query``: every rule firing asks (a failing text raises and is not cached)."""
     query = parse_events(text, base)
     for clause in query.clauses:
         for event in clause.events:

@@ -12,7 +12,8 @@ One micro-batch (``apply_batch``) is ONE Spark job:
    registrations read, and the k ranges folded into ordinal runs per sequence and window);
 3. ``window_state.advance`` makes the stream's next state, the windows that completed and retention's cut;
    the windows and state are committed (``WindowLog.commit`` is idempotent per batch id, so a replayed batch
-   materializes nothing twice), the ``on_windows`` callbacks run (rules), then the cut is applied.
+   materializes nothing twice); once every stream has committed, the ``on_windows`` callbacks run (rules) with all
+   the batch's new revisions, then each stream's cut is applied.
 
 Failures: an exception in a batch is logged with the batch id and stream, recorded in ``status()`` and
 re-raised, which terminates the Spark query (Spark does not retry a failed micro-batch by itself). A
@@ -63,6 +64,9 @@ from store.streams import StreamCatalog
 from store.windows import WindowRevision, new_revision
 
 log = logging.getLogger(__name__)
+
+#: What one batch committed: per stream, its new window revisions (in order of sequence and index).
+Committed = list[tuple[Stream, list[WindowRevision]]]
 
 #: Under a steady flow, a batch with data starts no sooner than this after the previous one (an isolated
 #: element still starts one at once): bounds the pipeline's CPU share while streams ingest fast, at the cost
@@ -126,7 +130,7 @@ class WindowPipeline:
         self._status = PipelineStatus()
         # Called after a batch commits new window revisions of a stream (e.g. the rule runner); a callback's
         # exception is recorded and does not stop the pipeline.
-        self.on_windows: list[Callable[[Stream, list[WindowRevision]], None]] = []
+        self.on_windows: list[Callable[[Committed], None]] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -332,12 +336,20 @@ class WindowPipeline:
             for name, runs in fold_runs(ranges).items():
                 summaries[name].runs = runs
             emitted = expired = 0
+            steps: list[tuple[Stream, Step]] = []
+            committed: Committed = []
             for stream_name, summary in summaries.items():
-                step = self._advance(stream_name, summary, batch_id, set(assignable.get(stream_name, {})))
-                if step is not None:
+                advanced = self._advance(stream_name, summary, batch_id, set(assignable.get(stream_name, {})))
+                if advanced is not None:
+                    stream, step, revisions = advanced
                     emitted += len(step.windows)
-                    expired += self._expire(self.catalog.get(stream_name), step)
+                    steps.append((stream, step))
+                    if revisions:
+                        committed.append((stream, revisions))
             stream_name = "-"
+            self._call_back(committed)
+            for stream, step in steps:  # after the callbacks: a rule reads the elements of the windows it fires on
+                expired += self._expire(stream, step)
             self._write_due()
             phases["advance"] = time.monotonic() - began - sum(phases.values())
         except Exception as error:
@@ -390,9 +402,11 @@ class WindowPipeline:
                 result[name] = specs
         return result
 
-    def _advance(self, name: str, summary: BatchSummary, batch_id: int, assigned: set[str]) -> Step | None:
-        """One stream's batch: the pure step, then its windows and state committed (idempotent per batch id) and
-        the ``on_windows`` callbacks called. None for a stream deleted meanwhile or a replayed batch."""
+    def _advance(self, name: str, summary: BatchSummary, batch_id: int, assigned: set[str]
+                 ) -> tuple[Stream, Step, list[WindowRevision]] | None:
+        """One stream's batch: the pure step, then its windows and state committed (idempotent per batch id). Returns
+        the stream, the step and the revisions this call committed; None for a stream deleted meanwhile or a replayed
+        batch."""
         stream = self.catalog.find(name)
         if stream is None:  # deleted (or not opened by this server): its records mean nothing now
             log.debug("batch %d: skipping unknown stream %s", batch_id, name)
@@ -412,14 +426,23 @@ class WindowPipeline:
                 self._status.skipped_empty_windows[key] = self._status.skipped_empty_windows.get(key, 0) + count
             log.warning("stream %s, sequence %s: skipped %d empty windows", name, ident, count)
         revisions = [new_revision(d.sequence, d.index, d.start, d.end, d.runs) for d in step.windows]
-        if stream.windows.commit(batch_id, revisions, step.state) and revisions:
+        if not stream.windows.commit(batch_id, revisions, step.state):
+            return stream, step, []
+        if revisions:
             self._observe_latency(stream, revisions)
-            for callback in list(self.on_windows):
-                try:
-                    callback(stream, revisions)
-                except Exception as error:  # noqa: BLE001 - a callback must not stop the pipeline
-                    self._record_error(f"on_windows callback failed: {error!r}")
-        return step
+        return stream, step, revisions
+
+    def _call_back(self, committed: Committed) -> None:
+        """The ``on_windows`` callbacks, once per batch with every stream's new revisions: the rules fire on all of
+        them together (one durable write per output stream and one for their statuses, not one per input stream:
+        with 100 streams completing windows in one batch, those writes were most of the batch)."""
+        if not committed:
+            return
+        for callback in list(self.on_windows):
+            try:
+                callback(committed)
+            except Exception as error:  # noqa: BLE001 - a callback must not stop the pipeline
+                self._record_error(f"on_windows callback failed: {error!r}")
 
     def _observe_latency(self, stream: Stream, revisions: list[WindowRevision]) -> None:
         """Window latency: from when a window could first be computed — stream time reached its end plus the

@@ -70,16 +70,17 @@ class RuleRunner:
         self._reporters: dict[tuple[str, ...], Reporter] = {}
         self._placements: dict[tuple[str, str], str] = {}  # (rule name, text) -> "executors" | "driver: why"
 
-    def on_windows(self, stream: Stream, revisions: list[WindowRevision]) -> None:
-        """Fire every rule reading these window revisions, as one batch: the outputs of all its firings are committed
-        together (one durable write per output stream, not one per firing), then the firings are marked."""
-        firings = [(rule, revision) for revision in revisions
+    def on_windows(self, committed: list[tuple[Stream, list[WindowRevision]]]) -> None:
+        """Fire every rule reading these window revisions (a pipeline batch's, per stream), as one batch: the outputs
+        of all its firings are committed together (one durable write per output stream, not one per firing or per
+        input stream), then the firings are marked."""
+        firings = [(rule, stream, revision) for stream, revisions in committed for revision in revisions
                    for rule in self.registry.reading(stream.config.name, revision.sequence)
                    if revision.index > rule.fired.get(f"{stream.config.name}/{revision.sequence}", -1)]
-        remote = self._evaluate_in_executors(stream, firings)
+        remote = self._evaluate_in_executors(firings)
         with self._lock:
             done = [self._fire(rule, stream, revision, remote.get(position))
-                    for position, (rule, revision) in enumerate(firings)]
+                    for position, (rule, stream, revision) in enumerate(firings)]
             self._settle(done)
 
     def placement_for(self, rule: Rule) -> str:
@@ -91,13 +92,12 @@ class RuleRunner:
             self._placements[key] = placement_of(self.placement, self.spark_master, reason)
         return self._placements[key]
 
-    def _evaluate_in_executors(self, stream: Stream, firings: list[tuple[Rule, WindowRevision]]
-                               ) -> dict[int, TaskResult]:
+    def _evaluate_in_executors(self, firings: list[tuple[Rule, Stream, WindowRevision]]) -> dict[int, TaskResult]:
         """The batch's firings of rules placed in executors, evaluated there in one Spark job (by position). A firing
         whose windows cannot be copied (e.g. another input without a complete window) is left to ``fire``."""
         if self.pool is None or not self.pool.ready:
             return {}
-        wanted = [(position, rule, revision) for position, (rule, revision) in enumerate(firings)
+        wanted = [(position, rule, stream, revision) for position, (rule, stream, revision) in enumerate(firings)
                   if self.placement_for(rule) == "executors"]
         if not wanted:
             return {}
@@ -105,7 +105,7 @@ class RuleRunner:
         if static is None:
             return {}  # the dataset is too large to broadcast
         tasks = []
-        for position, rule, revision in wanted:
+        for position, rule, stream, revision in wanted:
             try:
                 windows = window_data(rule.text, rule.base, self._evaluator_for(rule, stream, revision),
                                       self.pool.reads_log)
@@ -119,7 +119,7 @@ class RuleRunner:
         except Exception as error:  # noqa: BLE001 - a failed job: the driver evaluates these firings instead
             message = str(error).strip().splitlines()[-1] if str(error).strip() else repr(error)
             log.warning("rule firings in Spark executors failed, evaluated in the driver instead: %s", message)
-            for _, rule, _ in wanted:
+            for _, rule, _, _ in wanted:
                 note = f"{format_micros(now_micros())} executors failed ({message}); evaluated in the driver"
                 rule.status.log = [*rule.status.log, note][-LOG_KEEP:]
             return {}
@@ -165,7 +165,9 @@ class RuleRunner:
         other; constructed blank nodes and UUID() / STRUUID() values differ in every firing, so IStream and
         content-change suit rules whose output is a function of the window."""
         key = (rule.name, str(rule.report), str(rule.operator), stream.config.name, revision.sequence)
-        reporter = self._reporters.setdefault(key, Reporter(rule.report_spec))
+        reporter = self._reporters.get(key)
+        if reporter is None:  # (not setdefault: that would parse the report spec on every firing)
+            reporter = self._reporters[key] = Reporter(rule.report_spec)
         return type(result)(reporter.report(revision.end, list(result), revision.count) or [])
 
     def _fire(self, rule: Rule, stream: Stream, revision: WindowRevision, evaluated: TaskResult | None) -> _Firing:

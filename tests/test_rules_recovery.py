@@ -69,7 +69,7 @@ def test_windows_fire_exactly_once_across_restarts(tmp_path: Path) -> None:
     sequence = rule.inputs[0].sequence
     hr = catalog.get("hr")
     materialize(hr, sequence, 0, feed(hr, [0, 1, 2]))
-    runner.on_windows(hr, [hr.windows.latest(sequence)])  # type: ignore[list-item]  # fired: 1 output
+    runner.on_windows([(hr, [hr.windows.latest(sequence)])])  # type: ignore[list-item]  # fired: 1 output
     assert len(catalog.get("counts")) == 1
     # the crash: window 0's firing was not recorded (statuses are saved at most once a second), and window 1 was
     # committed by the pipeline but never fired
@@ -118,7 +118,7 @@ def test_a_firing_whose_output_commit_fails_is_not_marked_and_fires_again_after_
         raise OSError(28, "No space left on device")
 
     catalog.get("counts")._commit = disk_full  # type: ignore[method-assign]  # the output stream's next commit fails
-    runner.on_windows(hr, [hr.windows.latest(sequence)])  # type: ignore[list-item]
+    runner.on_windows([(hr, [hr.windows.latest(sequence)])])  # type: ignore[list-item]
     status = registry.get("count").status
     assert (status.firings, status.failures, status.outputs) == (0, 1, 0)
     assert "No space left on device" in (status.last_error or "")

@@ -136,7 +136,7 @@ def _fire_on_first_window(tmp_path: Path, rule: str, body: str) -> Stream:
     start = 1_590_998_400_000_000  # 2020-06-01T08:00:00Z
     revision = new_revision(sequence, 0, start, start + 3_600_000_000, ((ordinals[0], ordinals[-1]),))
     assert hr.windows.commit(0, [revision], PipelineState(next_index={sequence: 1}))
-    runner.on_windows(hr, [revision])
+    runner.on_windows([(hr, [revision])])
     out = catalog.get("out")
     out.flush()
     return out

@@ -261,24 +261,21 @@ def _upload(stream: Stream) -> Response:
         ordinal = stream.accept(element, now_micros())
         stream.flush()
         return _upload_answer(stream, 1, ordinal, ordinal)
-    framer: Iterable[ParsedElement] = (
+    framer = (
         JsonLdFramer(reader, stream.config.timestamp_predicate, base_iri=request.base_url,
                      first_ordinal=stream.head() + 1) if rdf_format == RdfFormat.JSON_LD else
         ElementFramer(reader, rdf_format, stream.config.timestamp_predicate, base_iri=request.base_url,
                       first_ordinal=stream.head() + 1, segments=services().framing))
-    committed = 0
-    first: int | None = None
-    last: int | None = None
+    batches: Iterable[list[ParsedElement]] = (
+        framer.batches() if isinstance(framer, ElementFramer) else ([element] for element in framer))
+    accepted: list[int | None] = []  # ordinals (None: a punctuation), appended as the elements are accepted
     try:
-        for element in framer:
-            ordinal = stream.accept(element, now_micros())
-            if ordinal is not None:
-                committed += 1
-                first = ordinal if first is None else first
-                last = ordinal
+        for batch in batches:
+            stream.accept_many(batch, now_micros(), accepted)
     except ConcentratorError as error:
         stream.flush()
         drain(reader)
+        committed, first, last = _accepted_span(accepted)
         span = f" (ordinals {first}–{last})" if first is not None else ""
         raise error.with_context(
             f"The upload stopped there: {committed} element(s) of it before that one were committed{span}; nothing "
@@ -289,7 +286,13 @@ def _upload(stream: Stream) -> Response:
     stream.flush()
     if isinstance(framer, ElementFramer):
         stream.ingest.framing_seconds += framer.seconds
-    return _upload_answer(stream, committed, first, last)
+    return _upload_answer(stream, *_accepted_span(accepted))
+
+
+def _accepted_span(accepted: list[int | None]) -> tuple[int, int | None, int | None]:
+    """How many elements an upload's accepted ordinals hold (punctuations left out), the first and the last."""
+    ordinals = [ordinal for ordinal in accepted if ordinal is not None]
+    return len(ordinals), (ordinals[0] if ordinals else None), (ordinals[-1] if ordinals else None)
 
 
 _STREAM_FORMATS = (RdfFormat.TRIG, RdfFormat.N_QUADS, RdfFormat.JSON_LD, RdfFormat.TURTLE, RdfFormat.N_TRIPLES)

@@ -36,7 +36,8 @@ def to_micros(at: datetime) -> int:
     """
     if at.utcoffset() is None:
         raise ValueError(f"{at.isoformat()} has no timezone; stream time is absolute")
-    return (at - EPOCH) // _MICROSECOND
+    since = at - EPOCH  # integer arithmetic: a timedelta's floor division is slower (a timestamp per element)
+    return (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
 
 
 def format_micros(value: int) -> str:

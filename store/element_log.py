@@ -144,15 +144,14 @@ class ElementLog:
         for record, content in entries:
             if content is not None and isinstance(record, ElementRecord):
                 location = Location(segment.base, offset, len(content))
-                record = ElementRecord(record.ordinal, record.time, record.graph, record.commit, record.origin,
-                                       (offset, len(content)))
+                lines.append(encode(record, (offset, len(content))))
                 blobs.append(content)
                 offset += len(content)
                 segment.last_ordinal = max(segment.last_ordinal, record.ordinal)
             else:
                 location = None
+                lines.append(encode(record))
             locations.append(location)
-            lines.append(encode(record))
         text = ("\n".join(lines) + "\n").encode()
         content = b"".join(blobs)
         if content:

@@ -26,7 +26,7 @@ import io
 import re
 import time
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import IO
 
 from pyoxigraph import BlankNode, NamedNode, RdfFormat, parse, serialize
@@ -101,10 +101,15 @@ class ElementFramer:
         self._syntax = Syntax({}, base_iri)
         self._pending: _Pending | None = None
         self._stamp = re.compile(
-            rb"^((?:<[^>]*>)|(?:_:\S+)) <" + re.escape(timestamp_predicate.encode()) +
+            rb"((?:<[^>]*>)|(?:_:\S+)) <" + re.escape(timestamp_predicate.encode()) +
             rb'> "([^"\\]*)"\^\^<' + re.escape(_XSD.encode()) + rb"dateTime(?:Stamp)?> \.\n\Z")
 
     def __iter__(self) -> Iterator[ParsedElement]:
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[ParsedElement]]:
+        """The elements in order, in lists: those one segment completes together (the precise path: one by one)."""
         buffer, base, eof = b"", 0, False
         written: _Written | None = None  # the segment before the one being written
         while not eof:
@@ -130,7 +135,7 @@ class ElementFramer:
                 self.seconds += time.perf_counter() - started
             written = None
             if segment.cut is None:  # nothing confirmed: the precise path frames what is left and raises
-                yield from self._precise(buffer, base, self._syntax)
+                yield from self._one_by_one(self._precise(buffer, base, self._syntax))
                 return
             if segment.cut:
                 written = _Written(segment.canonical, buffer[:segment.cut], base, self._syntax)
@@ -144,27 +149,34 @@ class ElementFramer:
         if written is not None and (yield from self._give(written, buffer)):
             return
         if buffer.strip():
-            yield from self._precise(buffer, base, self._syntax)
+            yield from self._one_by_one(self._precise(buffer, base, self._syntax))
             return
         if self._pending is not None:
-            yield self._finish(self._pending)
+            pending = self._pending
+            yield [self._finish(pending.graph, pending.stamp, pending.lexical, pending.block, pending.offset)]
+
+    @staticmethod
+    def _one_by_one(elements: Iterator[ParsedElement]) -> Iterator[list[ParsedElement]]:
+        for element in elements:
+            yield [element]
 
     def _arriving(self) -> bool:
         """Whether more of the body is waiting to be read (a source that cannot tell: yes)."""
         arriving = getattr(self._source, "arriving", None)
         return True if arriving is None else bool(arriving())
 
-    def _give(self, written: _Written, after: bytes) -> Generator[ParsedElement, None, bool]:
+    def _give(self, written: _Written, after: bytes) -> Generator[list[ParsedElement], None, bool]:
         """The elements ``written`` completes; True when the fast path gave up on it and the precise path framed it
         and what follows (``after``) instead, which ends the body's framing."""
         started = time.perf_counter()
         try:
             framed, self._pending = self._frame(written.canonical, written.base, self._pending)
         except _OffFastPath:  # the precise path frames this segment again, and what follows
-            yield from self._precise(written.raw + after, written.base, written.syntax)
+            yield from self._one_by_one(self._precise(written.raw + after, written.base, written.syntax))
             return True
         self.seconds += time.perf_counter() - started
-        yield from framed
+        if framed:
+            yield framed
         return False
 
     # -- 3: elements ---------------------------------------------------------------------------------------------
@@ -175,7 +187,6 @@ class ElementFramer:
         ``_OffFastPath`` before anything is given out when the segment is not for the fast path."""
         framed: list[ParsedElement] = []
         label_before, self._added = self.next_label, []
-        pending = None if pending is None else replace(pending)  # the precise path gets it as it was if this fails
         try:
             pending = self._frame_into(canonical, base, pending, framed)
         except (_OffFastPath, ElementRejected):
@@ -187,59 +198,57 @@ class ElementFramer:
 
     def _frame_into(self, canonical: bytes, base: int, pending: _Pending | None,
                     framed: list[ParsedElement]) -> _Pending | None:
+        # The element being framed is held in locals (graph None: none yet) and becomes a _Pending only at the
+        # segment's end: this loop runs once per element of every upload.
+        graph, stamp, lexical, block, offset = (None, None, b"", b"", 0) if pending is None else (
+            pending.graph, pending.stamp, pending.lexical, pending.block, pending.offset)
+        seen, index, match_stamp, finish = self._seen, canonical.index, self._stamp.match, self._finish
         position, end = 0, len(canonical)
         while position < end:
-            line_end = canonical.index(b"\n", position) + 1
+            line_end = index(b"\n", position) + 1
             if canonical[line_end - 3: line_end] == b" {\n":
-                graph = canonical[position: line_end - 3]
-                block_end = canonical.index(b"\n}\n", line_end - 1) + 3
-                block, position = canonical[position:block_end], block_end
-                if pending is not None and pending.graph == graph:
-                    pending.block += block  # the same element's block, continued
-                    continue
-                if pending is not None:
-                    framed.append(self._finish(pending))
-                pending = self._start(graph, base)
-                pending.block = block
+                name = canonical[position: line_end - 3]
+                block_end = index(b"\n}\n", line_end - 1) + 3
+                if name == graph:
+                    block += canonical[position:block_end]  # the same element's block, continued
+                else:
+                    if graph is not None:
+                        framed.append(finish(graph, stamp, lexical, block, offset))
+                    if name in seen:
+                        raise _OffFastPath()  # a graph that appears again after other elements
+                    graph, stamp, lexical, block, offset = name, None, b"", canonical[position:block_end], base
+                position = block_end
                 continue
-            statement, position = canonical[position:line_end], line_end
-            match = self._stamp.match(statement)
+            match = match_stamp(canonical, position, line_end)
             if match is None:
                 raise _OffFastPath()
-            graph = match[1]
-            if pending is not None and pending.graph == graph:
-                if pending.stamp is not None:
+            name = match[1]
+            if name == graph:
+                if stamp is not None:
                     raise _OffFastPath()  # a second timestamp triple: the precise path says so
-                pending.stamp, pending.lexical = statement, match[2]
-                continue
-            if pending is not None:
-                framed.append(self._finish(pending))
-            pending = self._start(graph, base)
-            pending.stamp, pending.lexical = statement, match[2]
-        return pending
+            else:
+                if graph is not None:
+                    framed.append(finish(graph, stamp, lexical, block, offset))
+                if name in seen:
+                    raise _OffFastPath()
+                graph, block, offset = name, b"", base
+            stamp, lexical, position = canonical[position:line_end], match[2], line_end
+        return None if graph is None else _Pending(graph, stamp, lexical, block, offset)
 
-    def _start(self, graph: bytes, base: int) -> _Pending:
-        if graph in self._seen:
-            raise _OffFastPath()  # a graph that appears again after other elements
-        return _Pending(graph, offset=base)
-
-    def _finish(self, pending: _Pending) -> ParsedElement:
-        self._seen.add(pending.graph)
-        self._added.append(pending.graph)
-        name = pending.graph.decode()
+    def _finish(self, graph: bytes, stamp: bytes | None, lexical: bytes, block: bytes, offset: int) -> ParsedElement:
+        self._seen.add(graph)
+        self._added.append(graph)
+        name = graph.decode()
         term: ElementName = BlankNode(name[2:]) if name.startswith("_:") else NamedNode(name[1:-1])
         time = None
-        stamp = None
-        if pending.stamp is not None:
-            lexical = pending.lexical.decode()
+        if stamp is not None:
+            text = lexical.decode()
             try:  # the message is only written when there is one to give
-                time = to_micros(parse_datetime_stamp(lexical, ""))
+                time = to_micros(parse_datetime_stamp(text, ""))
             except InstantSyntaxError:
-                time = parse_timestamp(lexical, f"element {self.next_label} (graph {name}) near byte {pending.offset}")
-            stamp = pending.stamp
-        element = ParsedElement(term, time=time, offset=pending.offset, block=pending.block or None,
-                                stamp_line=stamp)
-        if not element.is_punctuation:
+                time = parse_timestamp(text, f"element {self.next_label} (graph {name}) near byte {offset}")
+        element = ParsedElement(term, [], time, None, offset, None, block or None, stamp)
+        if block or time is None:  # not a punctuation (ParsedElement.is_punctuation)
             self.next_label += 1
         return element
 

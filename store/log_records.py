@@ -43,8 +43,8 @@ class RegistrationRecord:
 LogRecord = ElementRecord | PunctuationRecord | RegistrationRecord
 
 
-def encode(record: LogRecord) -> str:
-    """One log line, without its newline.
+def encode(record: LogRecord, content: tuple[int, int] | None = None) -> str:
+    """One log line, without its newline; ``content``: an element's (offset, length), instead of its record's.
 
     >>> encode(PunctuationRecord(5, 9))
     '{"p": 5, "c": 9}'
@@ -53,8 +53,9 @@ def encode(record: LogRecord) -> str:
         line = f'{{"o": {record.ordinal}, "t": {record.time}, "g": {json.dumps(record.graph)}, "c": {record.commit}'
         if record.origin is not None:
             line += f', "f": {json.dumps(record.origin)}'
-        if record.content is not None:
-            line += f', "d": {record.content[0]}, "n": {record.content[1]}'
+        content = record.content if content is None else content
+        if content is not None:
+            line += f', "d": {content[0]}, "n": {content[1]}'
         return line + "}"
     if isinstance(record, PunctuationRecord):
         data: dict[str, object] = {"p": record.time, "c": record.commit}

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from store.windows import Sequence
 
 RESERVED_PREFIX = "urn:x-concentrator:"
+_RESERVED_GRAPH = f"<{RESERVED_PREFIX}"  # as an element's graph name reads in N-Triples form
 _XSD_DATETIME = "http://www.w3.org/2001/XMLSchema#dateTime"
 _MAX_BATCH = 5_000  # elements per commit: bounds the latency of a batch during a flood
 WINDOW_STORES_KEPT = 8  # in-memory window datasets per stream (window_store)
@@ -185,36 +186,57 @@ class Stream(StreamIndex):
         """Validate ``element`` against the stream and queue it for commit.
 
         Returns its ordinal (None for punctuation). Raises before anything of it is queued."""
+        accepted: list[int | None] = []
+        self.accept_many((element,), received, accepted)
+        return accepted[0]
+
+    def accept_many(self, elements: Iterable[ParsedElement], received: int, accepted: list[int | None]) -> None:
+        """``accept`` each of ``elements`` in turn, appending its ordinal (None for punctuation) to ``accepted``. The
+        elements before one that is refused are queued and in ``accepted``, then the refusal is raised; nothing of
+        the refused element is queued. (One lock and one wake-up of the committer for the lot: an upload accepts
+        the elements of each framed segment together.)"""
         self._raise_failure()
+        queued: list[tuple[int, ParsedElement | str]] = []
+        with self._accept_lock:  # queued under the lock too: two uploads' elements reach the committer in order
+            try:
+                for element in elements:
+                    queued.append(self._admit(element, received))
+                    accepted.append(queued[-1][0] or None)
+            finally:
+                if queued:
+                    self._enqueue_many(queued)
+
+    def _admit(self, element: ParsedElement, received: int) -> tuple[int, ParsedElement]:
+        """Validate one element and give it its ordinal (0: a punctuation), under the accept lock."""
         graph = str(element.graph)
-        with self._accept_lock:
-            label = _ElementLabel(self._accepted_head + 1, graph)
-            if graph.startswith("<" + RESERVED_PREFIX):
-                raise ElementRejected(f"{label}: graph names under {RESERVED_PREFIX} are reserved")
-            # a graph name seen before is checked first: a redelivered element is a duplicate, whatever its time
-            if not element.is_punctuation and (graph in self._accepted_graphs or graph in self._graph_ordinals):
-                raise DuplicateElement(f"{label}: graph name {graph} is already an element of this stream")
-            time = element.time
-            last = self._accepted_time
-            if time is None:
-                time = received if last is None else max(received, last + 1)
-            elif last is not None and time <= last - self.config.lateness:
-                allowed = "after" if self.config.lateness == 0 else f"later than {self.config.lateness} µs before"
-                raise ElementOutOfOrder(
-                    f"{label}: timestamp {format_micros(time)} is not {allowed} the stream time "
-                    f"{format_micros(last)} (the stream is a distinct time series: timestamps strictly increase"
-                    + ("" if self.config.lateness == 0 else ", up to the configured lateness") + ")"
-                )
-            if element.is_punctuation:
-                self._accepted_time = time if last is None else max(time, last)
-                self._enqueue(0, ParsedElement(element.graph, [], time))
-                return None
-            element.time = time
-            self._accepted_head += 1
-            self._accepted_time = time if last is None else max(time, last)
-            self._accepted_graphs.add(graph)
-            self._enqueue(self._accepted_head, element)
-            return self._accepted_head
+        if graph.startswith(_RESERVED_GRAPH):
+            raise ElementRejected(f"{self._label(graph)}: graph names under {RESERVED_PREFIX} are reserved")
+        punctuation = element.is_punctuation
+        # a graph name seen before is checked first: a redelivered element is a duplicate, whatever its time
+        if not punctuation and (graph in self._accepted_graphs or graph in self._graph_ordinals):
+            raise DuplicateElement(f"{self._label(graph)}: graph name {graph} is already an element of this stream")
+        time = element.time
+        last = self._accepted_time
+        if time is None:
+            time = received if last is None else max(received, last + 1)
+        elif last is not None and time <= last - self.config.lateness:
+            allowed = "after" if self.config.lateness == 0 else f"later than {self.config.lateness} µs before"
+            raise ElementOutOfOrder(
+                f"{self._label(graph)}: timestamp {format_micros(time)} is not {allowed} the stream time "
+                f"{format_micros(last)} (the stream is a distinct time series: timestamps strictly increase"
+                + ("" if self.config.lateness == 0 else ", up to the configured lateness") + ")"
+            )
+        self._accepted_time = time if last is None or time > last else last
+        if punctuation:
+            return 0, ParsedElement(element.graph, [], time)
+        element.time = time
+        self._accepted_head += 1
+        self._accepted_graphs.add(graph)
+        return self._accepted_head, element
+
+    def _label(self, graph: str) -> str:
+        """"element N (graph G)": the element being admitted, for its refusal."""
+        return f"element {self._accepted_head + 1} (graph {graph})"
 
     @property
     def accepted_time(self) -> int | None:
@@ -254,10 +276,14 @@ class Stream(StreamIndex):
         self._raise_failure()
 
     def _enqueue(self, ordinal: int, element: ParsedElement | str) -> None:
+        self._enqueue_many([(ordinal, element)])
+
+    def _enqueue_many(self, entries: list[tuple[int, ParsedElement | str]]) -> None:
         with self._work:
-            self._incoming.append((ordinal, element))
-            self._unflushed += 1
-            if len(self._incoming) == 1:
+            waiting = bool(self._incoming)
+            self._incoming.extend(entries)
+            self._unflushed += len(entries)
+            if not waiting:
                 self._work.notify()
 
     def _commit_waiting(self) -> bool:
@@ -300,42 +326,43 @@ class Stream(StreamIndex):
         commit_time = now_micros()
         entries: list[tuple[LogRecord, bytes | None]] = []
         head = self.head()
+        elements: list[tuple[int, ParsedElement, str]] = []  # (ordinal, element, graph), punctuations: ordinal 0
         for ordinal, element in batch:
             if isinstance(element, str):  # h: the last element before the registration
                 entries.append((RegistrationRecord(element, head, commit_time), None))
-            elif ordinal == 0:
-                assert element.time is not None
+                continue
+            assert element.time is not None
+            if ordinal == 0:
                 entries.append((PunctuationRecord(element.time, commit_time), None))
-            else:
-                head = ordinal
-                assert element.time is not None
-                record = ElementRecord(ordinal, element.time, str(element.graph), commit_time, element.origin)
-                entries.append((record, self._content(element)))
-        locations = self._log.append(entries)
-        elements = [(ordinal, element, location) for (ordinal, element), location in zip(batch, locations, strict=True)
-                    if isinstance(element, ParsedElement)]
+                elements.append((0, element, ""))
+                continue
+            head = ordinal
+            graph = str(element.graph)
+            entries.append((ElementRecord(ordinal, element.time, graph, commit_time, element.origin),
+                            self._content(element, graph)))
+            elements.append((ordinal, element, graph))
+        locations = iter([location for location in self._log.append(entries) if location is not None])
         with self._changed:
-            for ordinal, element, location in elements:
-                self._index(ordinal, element.time, str(element.graph), commit_time, element.origin,  # type: ignore
-                            location)
+            for ordinal, element, graph in elements:
+                self._index(ordinal, element.time, graph, commit_time, element.origin,  # type: ignore[arg-type]
+                            next(locations) if ordinal else None)
             self._changed.notify_all()
         for listener in list(self.on_commit):
             listener()
+        committed = [(element, graph) for ordinal, element, graph in elements if ordinal]  # punctuations: no elements
         with self._accept_lock:
-            for ordinal, element, _ in elements:
-                if ordinal:
-                    self._accepted_graphs.discard(str(element.graph))
-        committed = [element for ordinal, element, _ in elements if ordinal]  # punctuations are no elements
+            self._accepted_graphs.difference_update(graph for _, graph in committed)
         self.ingest.commits += 1
         self.ingest.elements += len(committed)
-        self.ingest.statements += sum(1 + (len(e.quads) if e.block is None else statements_in_block(e.block))
-                                      for e in committed)
+        blocks = [element.block for element, _ in committed if element.block is not None]
+        self.ingest.statements += len(committed) + statements_in_block(b"".join(blocks)) + sum(
+            len(element.quads) for element, _ in committed if element.block is None)
         self.ingest.commit_seconds += time.perf_counter() - started
 
-    def _content(self, element: ParsedElement) -> bytes:
+    def _content(self, element: ParsedElement, graph: str) -> bytes:
         """An element's content in the log: its timestamp triple as it came (written from its time when the stream
-        stamped it), then its graph block (as framed, or written from the quads a rule made)."""
-        graph = str(element.graph)
+        stamped it), then its graph block (as framed, or written from the quads a rule made). ``graph``: its graph
+        name in N-Triples form."""
         stamp = element.stamp_line
         if stamp is None:
             literal = str(element.stamp) if element.stamp is not None else \
@@ -399,14 +426,3 @@ class Stream(StreamIndex):
     def remove(self) -> None:
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
-
-
-@dataclass(frozen=True)
-class _ElementLabel:
-    """"element N (graph G)" for refusals, formatted only when one is raised (accept is per element)."""
-
-    ordinal: int
-    graph: str
-
-    def __str__(self) -> str:
-        return f"element {self.ordinal} (graph {self.graph})"

@@ -8,6 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparql_ext import Head, Instant, Ordinal, RevisionId, RevisionSyntaxError, parse_revision
+from sparql_ext.errors import InstantSyntaxError
+from sparql_ext.revision import parse_datetime_stamp
+from sparql_ext.windowing import to_micros
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -59,3 +62,26 @@ def test_any_text_parses_or_raises_revision_syntax_error(text: str) -> None:
         parse_revision(text)
     except RevisionSyntaxError as error:
         assert repr(text.strip())[:10] in str(error) or "timezone" in str(error)
+
+
+@pytest.mark.parametrize("lexical, expected", [
+    ("2016-06-20T10:00:00Z", datetime(2016, 6, 20, 10, tzinfo=UTC)),
+    ("2016-06-20T10:00:00.5+02:00", datetime(2016, 6, 20, 10, 0, 0, 500_000, timezone(timedelta(hours=2)))),
+    ("2016-06-20T10:00:00.123456-14:00", datetime(2016, 6, 20, 10, 0, 0, 123_456, timezone(timedelta(hours=-14)))),
+    ("2016-06-20T10:00:00.1234560Z", datetime(2016, 6, 20, 10, 0, 0, 123_456, tzinfo=UTC)),  # zeros past µs
+    ("12016-06-20T10:00:00Z", None),  # a 5-digit year: Python's datetime has none
+    ("2016-13-20T10:00:00Z", None),
+    ("2016-06-20T10:00:00+14:01", None),
+    ("2016-06-20T10:00:00", None),
+    ("20160620T100000Z", None),  # ISO 8601's basic form, which fromisoformat reads and XSD has not
+    ("2016-06-20T10:00:00.0000001Z", None),
+])
+def test_timestamps_common_and_general_forms(lexical: str, expected: datetime | None) -> None:
+    """Upload timestamps take a fast path for the common form; every form gives what XSD says (hand values)."""
+    if expected is None:
+        with pytest.raises(InstantSyntaxError):
+            parse_datetime_stamp(lexical, "t")
+        return
+    parsed = parse_datetime_stamp(lexical, "t")
+    assert parsed == expected and parsed.utcoffset() == expected.utcoffset()
+    assert to_micros(parsed) == round((expected - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds() * 1e6)

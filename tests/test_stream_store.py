@@ -133,6 +133,22 @@ def test_refusals_store_nothing(stream: Stream) -> None:
     assert stream.head() == 1 and len(list(stream.dataset_quads([1]))) == 2  # a's triple and a's timestamp
 
 
+def test_accept_many_queues_the_elements_before_a_refused_one(stream: Stream) -> None:
+    """An upload accepts a framed segment's elements together: those before a refused element are committed and
+    counted, the refused one and those after it are not."""
+    accepted: list[int | None] = []
+    batch = [element("a", 1, 1), ParsedElement(NamedNode("http://ex/p"), [], T10 + 2 * MINUTE),  # a punctuation
+             element("b", 3, 2), element("c", 2, 3), element("d", 4, 4)]  # c goes back in time
+    with pytest.raises(ElementOutOfOrder, match="element 3 .*http://ex/c"):
+        stream.accept_many(batch, 0, accepted)
+    assert accepted == [1, None, 2]
+    stream.flush()
+    assert stream.head() == 2 and stream.stream_time == T10 + 3 * MINUTE
+    assert [stream.graph_of(1), stream.graph_of(2), stream.graph_of(3)] == ["<http://ex/a>", "<http://ex/b>", None]
+    stream.accept_many([element("d", 4, 4)], 0, accepted)  # the stream goes on from there
+    assert accepted == [1, None, 2, 3]
+
+
 def test_receipt_time_is_strictly_increasing(stream: Stream) -> None:
     stream.accept(element("a", None, 1), received=1000)
     stream.accept(element("b", None, 2), received=1000)  # same receipt instant: stamped 1 µs later

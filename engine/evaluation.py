@@ -25,9 +25,10 @@ solutions become a ``VALUES`` table spliced at the placeholder, and pyoxigraph e
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -70,6 +71,8 @@ from store.stream import Stream
 from store.streams import StreamCatalog
 
 _XSD_DATETIME = NamedNode("http://www.w3.org/2001/XMLSchema#dateTime")
+# What a query that matches no pattern against its dataset runs on (ExtendedQuery.reads_data): read only, so shared
+_NO_DATA = Store()
 
 
 Result = QuerySolutions | QueryBoolean | ConstructedTriples | ConstructedQuads
@@ -164,7 +167,7 @@ class ExtendedEvaluator:
     def _window_of(self, stream: Stream, text: str) -> SelectedWindow:
         if not (self.pins or self.sequences):
             return select_window(stream, text, self.window_timeout)
-        key = (stream.config.name, str(parse_window_ref(text)))
+        key = (stream.config.name, _canonical_ref(text))
         pinned = self.pins.get(key)
         if pinned is not None:
             return pinned
@@ -182,6 +185,8 @@ class ExtendedEvaluator:
         extended = checked_query(text, target.base_iri)
         target = self._pinned(target)
         sparql = self._spliced(extended, target)
+        if not extended.reads_data:  # only the parts' tables: no need to open the dataset (a read lock, a snapshot)
+            target = QueryTarget(_NO_DATA, None, None, target.then_time, target.base_iri)
         if extended.template is not None:
             solutions = self._select(sparql, target, extended.uses_then)
             return ConstructedQuads(instantiate(extended.template, solutions.rows))
@@ -259,13 +264,17 @@ class ExtendedEvaluator:
     # -- datasets ------------------------------------------------------------------------------------------
 
     def _pinned(self, target: QueryTarget) -> QueryTarget:
-        if target.store is None and target.revision is None:
-            target = replace(target, revision=self.dataset.head)
-        if target.store is None and target.then_time is None:
-            revision = self.dataset.revision(target.revision)  # type: ignore[arg-type]
+        if target.store is not None or (target.revision is not None and target.then_time is not None):
+            return target
+        ordinal = self.dataset.head if target.revision is None else target.revision
+        then_time = target.then_time
+        if then_time is None:
+            revision = self.dataset.revision(ordinal)
             if revision is not None:
-                target = replace(target, then_time=int(revision.committed_at.timestamp() * 1_000_000))
-        return target
+                then_time = int(revision.committed_at.timestamp() * 1_000_000)
+        # (built whole: dataclasses.replace costs several µs, and every rule firing pins its target)
+        return QueryTarget(None, target.default_graph, target.named_graphs, then_time, target.base_iri, ordinal,
+                           target.stream, target.elements_key)
 
     def _revision_target(self, text: str, target: QueryTarget) -> QueryTarget:
         if target.stream is not None:
@@ -361,7 +370,7 @@ class ExtendedEvaluator:
         return self._stream_target(stream, self._selection(stream, query_string), iri)
 
     def _selection(self, stream: Stream, query_string: str) -> SelectedWindow:
-        windows = windowed_params(query_string).windows
+        windows = _windows_param(query_string)
         return revision_selection(stream, None) if windows is None else self._window_of(stream, windows)
 
     def local_window(self, iri: str) -> tuple[Stream, SelectedWindow] | None:
@@ -452,6 +461,18 @@ def elements_key(stream: Stream, selected: SelectedWindow) -> str:
     if first is not None:
         runs.append(f"{first}-{previous}")
     return f"{identity}:{','.join(runs)}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _windows_param(query_string: str) -> str | None:
+    """The WindowRef text of a windowed IRI's query string (rules ask for the same few IRIs on every firing)."""
+    return windowed_params(query_string).windows
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_ref(text: str) -> str:
+    """A WindowRef text in canonical form (the key of rule pins and sequences)."""
+    return str(parse_window_ref(text))
 
 
 def _then(micros: int | None) -> Callable[[], Literal | None]:

@@ -13,6 +13,7 @@ from pyoxigraph import NamedNode, Store
 from sparql_ext import THEN_FUNCTION, ExtendedQuery, ExtensionPart, QuerySyntaxError, parse_extended
 
 _LOCATION = re.compile(r"\bat (\d+):(\d+)")
+_EMPTY = Store()  # what syntax is checked on: nothing is ever written to it, so every thread shares it
 Mapper = Callable[[int], int]  # an offset in some rewritten text -> an offset in the user's text
 
 
@@ -44,7 +45,7 @@ def check_syntax(sparql: str, user_text: str, to_user: Mapper) -> None:
     """Let pyoxigraph judge ``sparql`` on an empty store; report its error at the user's line and column."""
     functions: dict[NamedNode, Any] = {NamedNode(THEN_FUNCTION): lambda: None}
     try:
-        Store().query(sparql, custom_functions=functions, base_iri="http://check.invalid/")
+        _EMPTY.query(sparql, custom_functions=functions, base_iri="http://check.invalid/")
     except SyntaxError as error:
         message = str(error)
         found = _LOCATION.search(message)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pyoxigraph import NamedNode
 
 from engine.evaluation import ExtendedEvaluator
+from engine.syntax import checked_query
 from rules.errors import RuleRejected
 from rules.event_spec import event_rule_spec
 from sparql_ext import ExtendedQuery, parse_extended
@@ -47,7 +48,7 @@ def analyse_rule(text: str, base: str, evaluator: ExtendedEvaluator) -> RuleAnal
     if spec is not None:  # MATCH: fired on each element of the streams its EVENTs read, not on windows
         return RuleAnalysis([], [], sorted(set(spec.streams.values())))
     try:
-        extended = parse_extended(text, base)
+        extended = checked_query(text, base)  # pyoxigraph's syntax check too (and firings find it cached)
         if extended.template is None and "CONSTRUCT" not in extended.sparql.upper():
             raise RuleRejected("a rule must be a CONSTRUCT query")
         constant: dict[tuple[str, str], None] = {}

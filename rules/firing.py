@@ -175,9 +175,7 @@ class RuleRunner:
         waits for another input's window, or fails, is recorded in the rule's status here."""
         sequence = stream.windows.sequence(revision.sequence)
         kind = sequence.spec.kind if sequence is not None else "time"
-        where = f"{stream.config.name} window {revision.index} ({_bound(kind, revision.start)}, " \
-                f"{_bound(kind, revision.end)})"
-        firing = _Firing(rule, stream, revision, where, time.monotonic(), evaluated is not None)
+        firing = _Firing(rule, stream, revision, kind, time.monotonic(), evaluated is not None)
         try:
             result: Any
             if evaluated is not None:
@@ -201,8 +199,8 @@ class RuleRunner:
         except WindowNotComplete as waiting:  # another input has no complete window yet: nothing to join
             rule.status.waiting += 1
             self._mark_fired(rule, stream, revision)
-            rule.status.last_window = where
-            rule.status.log = [*rule.status.log, f"{format_micros(now_micros())} {where}: not fired, {waiting}"
+            rule.status.last_window = firing.where
+            rule.status.log = [*rule.status.log, f"{format_micros(now_micros())} {firing.where}: not fired, {waiting}"
                                ][-LOG_KEEP:]
             return firing
         except Exception as error:  # noqa: BLE001 - recorded; other rules keep running
@@ -217,6 +215,7 @@ class RuleRunner:
         a crash before repeats it (and the repeat skips the outputs that were committed: their origins are in the
         output stream)."""
         failed: dict[str, Exception] = {}
+        settled: dict[int, _Firing] = {}  # each rule's last firing that settled
         for stream in {id(f.output): f.output for f in firings if f.output is not None}.values():
             try:
                 stream.flush()
@@ -239,8 +238,10 @@ class RuleRunner:
                 seconds = time.monotonic() - firing.started
                 status.last_latency_ms = round(seconds * 1000, 3)
                 rule.latency.observe(seconds)
-                status.last_window = firing.where
                 status.last_error = None
+                settled[id(rule)] = firing
+        for firing in settled.values():  # a rule's last window: its last firing's (written once, not per firing)
+            firing.rule.status.last_window = firing.where
         self.registry.save_statuses(list({id(f.rule): f.rule for f in firings}.values()))  # one durable write
 
     def _failed(self, firing: _Firing, error: Exception, *, mark: bool = True) -> None:
@@ -265,11 +266,18 @@ class _Firing:
     rule: Rule
     stream: Stream
     revision: WindowRevision
-    where: str
+    kind: str  # of the window: "time" or "count"
     started: float
     in_executor: bool
     output: Stream | None = None
     outputs: int = 0
+
+    @property
+    def where(self) -> str:
+        """The window, as the rule's status names it (formatted when it is shown: a batch has thousands of firings)."""
+        revision = self.revision
+        return (f"{self.stream.config.name} window {revision.index} ({_bound(self.kind, revision.start)}, "
+                f"{_bound(self.kind, revision.end)})")
 
 
 def _window_time(stream: Stream, kind: str, revision: WindowRevision) -> int:

@@ -97,6 +97,9 @@ class ExtendedQuery:
     uses_then: bool  # ``sparql`` calls <urn:x-concentrator:fn:then>() (THEN() outside the parts)
     template: QuadTemplate | None
     edits: tuple[Edit, ...] = field(default=(), repr=False)
+    #: False when ``sparql`` matches no pattern against its dataset (only the parts' tables, FILTER, BIND and VALUES:
+    #: a rule over a window's aggregate), so any store gives its answer (``_reads_data``)
+    reads_data: bool = True
 
     def original_offset(self, offset_in_sparql: int) -> int:
         """Position in ``original`` of a position in ``sparql``; inside a replacement, where that replacement began."""
@@ -163,6 +166,7 @@ def _parse(text: str, base_iri: str | None, tokens: list[Token] | None = None) -
     replacements: list[_Replacement] = []
     raw_parts: list[_RawPart] = []
     template: QuadTemplate | None = None
+    first = i  # the query form's keyword
     if i + 1 < len(tokens) and tokens[i].is_keyword("CONSTRUCT") and ctx.is_punct(i + 1, "{"):
         close = ctx.pairs[i + 1]
         if any(tok.is_keyword("GRAPH") for tok in tokens[i + 2 : close]):
@@ -171,6 +175,7 @@ def _parse(text: str, base_iri: str | None, tokens: list[Token] | None = None) -
             replacements.append(_Replacement(tokens[i].start, tokens[close].end, f"SELECT {projection}"))
         i = close + 1  # a template holds no extension parts to find
     uses_then = False
+    part_tokens: dict[int, int] = {}  # an extension part's first token -> its last
     stack: list[tuple[int, str | None]] = []  # open '{' indices with the innermost enclosing GRAPH name
     while i < len(tokens):
         tok = tokens[i]
@@ -192,6 +197,7 @@ def _parse(text: str, base_iri: str | None, tokens: list[Token] | None = None) -
             if not stack:
                 raise ParseFailure(f"{tok.text.upper()} must be inside a group pattern", tok.start)
             part, close = _part(ctx, i, stack[-1])
+            part_tokens[i] = close
             replacements.append(_Replacement(tok.start, tokens[close].end, PLACEHOLDER, len(raw_parts)))
             raw_parts.append(part)
             i = close + 1
@@ -204,12 +210,60 @@ def _parse(text: str, base_iri: str | None, tokens: list[Token] | None = None) -
             i += 3
             continue
         i += 1
-    return _assemble(text, replacements, raw_parts, uses_then, template)
+    return _assemble(text, replacements, raw_parts, uses_then, template, _reads_data(ctx, first, part_tokens))
+
+
+def _reads_data(ctx: ParseContext, first: int, part_tokens: dict[int, int]) -> bool:
+    """Whether the query from token ``first`` (its form's keyword) may match a pattern against its dataset outside
+    its extension parts. Conservative: False only for a SELECT, ASK or CONSTRUCT (with a template) whose WHERE group
+    holds nothing but extension parts, ``FILTER`` and ``BIND`` expressions and ``VALUES`` tables, and which says
+    ``EXISTS`` nowhere (the only expression that reads the dataset)."""
+    tokens, pairs = ctx.tokens, ctx.pairs
+    i = first
+    while i < len(tokens):
+        if i in part_tokens:
+            i = part_tokens[i] + 1
+        elif tokens[i].is_keyword("EXISTS"):
+            return True
+        else:
+            i += 1
+    if first >= len(tokens) or not tokens[first].is_keyword("SELECT", "ASK", "CONSTRUCT"):
+        return True
+    i = first
+    if tokens[i].is_keyword("CONSTRUCT"):
+        if not ctx.is_punct(i + 1, "{"):
+            return True  # CONSTRUCT WHERE { … }: the template is the pattern
+        i = pairs[i + 1] + 1
+    while i < len(tokens) and not ctx.is_punct(i, "{"):  # the projection, FROM clauses, WHERE
+        i += 1
+    if i >= len(tokens):
+        return True
+    close, i = pairs[i], i + 1
+    while i < close:
+        if i in part_tokens:
+            i = part_tokens[i] + 1
+        elif ctx.is_punct(i, "."):
+            i += 1
+        elif tokens[i].is_keyword("FILTER", "BIND"):
+            j = i + 1
+            if tokens[i].is_keyword("FILTER") and tokens[j].kind in (Kind.WORD, Kind.IRI, Kind.PNAME):
+                j += 1  # FILTER regex(…), FILTER <f>(…)
+            if not ctx.is_punct(j, "("):
+                return True
+            i = pairs[j] + 1
+        elif tokens[i].is_keyword("VALUES"):
+            j = pairs[i + 1] + 1 if ctx.is_punct(i + 1, "(") else i + 2  # ( ?a ?b ) or one variable
+            if not ctx.is_punct(j, "{"):
+                return True
+            i = pairs[j] + 1
+        else:
+            return True  # a triple pattern, GRAPH, OPTIONAL, a nested group…
+    return False
 
 
 def _assemble(
     text: str, replacements: list[_Replacement], raw_parts: list[_RawPart], uses_then: bool,
-    template: QuadTemplate | None,
+    template: QuadTemplate | None, reads_data: bool = True,
 ) -> ExtendedQuery:
     """Apply the replacements, recording where each landed so positions can be mapped back."""
     chunks: list[str] = []
@@ -231,7 +285,7 @@ def _assemble(
                       raw.inner_variables, raw.prefix, placeholders[ident], raw.source_span, raw.inner_span)
         for ident, raw in enumerate(raw_parts)
     )
-    return ExtendedQuery(text, "".join(chunks), parts, uses_then, template, tuple(edits))
+    return ExtendedQuery(text, "".join(chunks), parts, uses_then, template, tuple(edits), reads_data)
 
 
 def _prologue(ctx: ParseContext) -> int:

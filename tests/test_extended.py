@@ -542,3 +542,31 @@ def test_keywords_are_case_insensitive() -> None:
 def test_docstring_examples() -> None:
     result = doctest.testmod(extended)
     assert result.failed == 0 and result.attempted > 0
+
+
+_W = "SERVICE <http://x/streams/s?WINDOWS=R/HEAD/PT10S> { SELECT (AVG(?v) AS ?avg) WHERE { ?o <urn:v> ?v } }"
+
+
+@pytest.mark.parametrize("query, reads", [
+    # only the window's table, FILTER, BIND, VALUES: any store gives the answer
+    (f"CONSTRUCT {{ <urn:w> <urn:avg> ?avg }} WHERE {{ {_W} FILTER (?avg > 10) BIND (STR(?avg) AS ?s) }}", False),
+    (f"CONSTRUCT {{ <urn:w> <urn:avg> ?avg }} WHERE {{ {_W} . FILTER regex(STR(?avg), '1') }}", False),
+    (f"CONSTRUCT {{ <urn:w> <urn:k> ?k }} WHERE {{ VALUES ?k {{ 1 2 }} VALUES (?a ?b) {{ (1 2) }} {_W} }}", False),
+    (f"SELECT ?avg WHERE {{ {_W} }} ORDER BY ?avg", False),
+    (f"ASK {{ {_W} FILTER (THEN() > '2016-01-01T00:00:00Z'^^<http://www.w3.org/2001/XMLSchema#dateTime>) }}", False),
+    # a pattern against the dataset, or an expression reading it
+    (f"CONSTRUCT {{ ?p <urn:avg> ?avg }} WHERE {{ {_W} ?p <urn:limit> ?l FILTER (?avg > ?l) }}", True),
+    (f"CONSTRUCT {{ <urn:w> <urn:avg> ?avg }} WHERE {{ {_W} FILTER NOT EXISTS {{ <urn:w> ?p ?o }} }}", True),
+    (f"CONSTRUCT {{ <urn:w> <urn:avg> ?avg }} WHERE {{ {_W} BIND (EXISTS {{ ?s ?p ?o }} AS ?e) }}", True),
+    (f"CONSTRUCT {{ <urn:w> <urn:avg> ?avg }} WHERE {{ {_W} OPTIONAL {{ <urn:w> <urn:p> ?o }} }}", True),
+    (f"CONSTRUCT {{ <urn:w> <urn:avg> ?avg }} WHERE {{ {_W} GRAPH ?g {{ }} }}", True),
+    (f"CONSTRUCT {{ <urn:w> <urn:avg> ?avg }} WHERE {{ {_W} {{ SELECT ?x {{ ?x ?p ?o }} }} }}", True),
+    ("CONSTRUCT WHERE { ?s ?p ?o }", True),
+    ("DESCRIBE <urn:w>", True),
+    (f"SELECT ?avg WHERE {{ {_W} }} GROUP BY ?avg HAVING (EXISTS {{ ?s ?p ?o }})", True),
+])
+def test_whether_the_main_query_reads_its_dataset(query: str, reads: bool) -> None:
+    """Rules over a window's aggregate run their main query on an empty store when it reads no data (hand-decided
+    cases: a triple pattern, GRAPH, OPTIONAL, a sub-select, EXISTS read it; the parts' tables, FILTER, BIND and VALUES
+    do not)."""
+    assert parse_extended(query).reads_data is reads

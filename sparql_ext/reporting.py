@@ -87,6 +87,7 @@ period, at a window close).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -128,6 +129,7 @@ DEFAULT_SPEC = ReportSpec(frozenset({ReportPolicy.WINDOW_CLOSE}), StreamOperator
 _MICROSECOND = timedelta(microseconds=1)
 
 
+@functools.lru_cache(maxsize=1024)  # pure, and immutable results: asked per firing and per rule listed
 def parse_report(report: str | None, operator: str | None) -> ReportSpec:
     """Parse a comma-separated policy list (``periodic`` written ``periodic:PT10S``) and an operator.
 

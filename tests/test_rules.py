@@ -176,6 +176,9 @@ def test_http_crud(client: FlaskClient) -> None:
     assert status["output"] == "alerts" and status["firings"] == 0 and status["last_error"] is None
     listed = client.get("/rules").get_json()
     assert [r["name"] for r in listed] == ["alert"]
+    assert client.get("/rules?fields=firings,failures").get_json() == [{"name": "alert", "firings": 0, "failures": 0}]
+    unknown = client.get("/rules?fields=firings,speed")
+    assert unknown.status_code == 400 and "'speed'" in unknown.get_data(as_text=True)
     assert client.get("/streams/alerts").status_code == 200
     cyclic = client.put("/rules/loop?output=hr", data=text, headers=headers)
     assert cyclic.status_code == 409

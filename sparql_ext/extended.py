@@ -157,6 +157,7 @@ class _RawPart:
 
 def _parse(text: str, base_iri: str | None, tokens: list[Token] | None = None) -> ExtendedQuery:
     """``tokens``: the text's tokens when the caller has them already (an inner group of a parsed query)."""
+    inner = tokens is not None
     if tokens is None:
         tokens = extended_tokens(text)
     check_nesting(tokens, text)
@@ -210,7 +211,9 @@ def _parse(text: str, base_iri: str | None, tokens: list[Token] | None = None) -
             i += 3
             continue
         i += 1
-    return _assemble(text, replacements, raw_parts, uses_then, template, _reads_data(ctx, first, part_tokens))
+    # (an inner query is a part's: its answer is the part's table, whatever store it runs on; not asked)
+    reads_data = True if inner else _reads_data(ctx, first, part_tokens)
+    return _assemble(text, replacements, raw_parts, uses_then, template, reads_data)
 
 
 def _reads_data(ctx: ParseContext, first: int, part_tokens: dict[int, int]) -> bool:
@@ -219,7 +222,7 @@ def _reads_data(ctx: ParseContext, first: int, part_tokens: dict[int, int]) -> b
     holds nothing but extension parts, ``FILTER`` and ``BIND`` expressions and ``VALUES`` tables, and which says
     ``EXISTS`` nowhere (the only expression that reads the dataset)."""
     tokens, pairs = ctx.tokens, ctx.pairs
-    i = first
+    i = first if "EXISTS" in ctx.text.upper() else len(tokens)  # (the word's tokens are looked for only if it is there)
     while i < len(tokens):
         if i in part_tokens:
             i = part_tokens[i] + 1

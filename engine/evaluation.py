@@ -212,31 +212,30 @@ class ExtendedEvaluator:
     def _table(self, part: ExtensionPart, target: QueryTarget) -> str:
         header = part.values_variables
         names = [v[1:] for v in header]
-        rows: list[Row] = []
         if not part.target_is_variable:
-            rows = self._part_rows(part, part.target, target)
-        else:
-            variable = part.target[1:]
-            prefix = parse_extended(part.prefix, target.base_iri)
-            bound = self._select(self._spliced(prefix, target), target, prefix.uses_then,
-                                 cacheable=not prefix.parts)
-            values = list(dict.fromkeys(row[variable] for row in bound.rows if variable in row))
-            if self.pins and part.kind == "service":
-                # a rule firing: a SERVICE ?var whose values include the window that fired reads only that
-                # window, so a rule over many patients' streams reports the firing patient, not all of them
-                firing = [v for v in values if isinstance(v, NamedNode) and self.windowed_input(v.value) in self.pins]
-                values = firing or values
-            for value in values:
-                try:
-                    part_rows = self._part_rows(part, value, target)
-                except (WindowNotComplete, WindowNotResolvable):
-                    if not self.pins:
-                        raise
-                    continue  # a rule firing: a stream with no complete window yet (or no element) joins nothing
-                for row in part_rows:
-                    if variable in row and row[variable] != value:
-                        continue  # the inner bound the target variable to something else: no join
-                    rows.append({**row, variable: value})
+            return _values_text(names, self._part_rows(part, part.target, target))
+        rows: list[Row] = []
+        variable = part.target[1:]
+        prefix = parse_extended(part.prefix, target.base_iri)
+        bound = self._select(self._spliced(prefix, target), target, prefix.uses_then,
+                             cacheable=not prefix.parts)
+        values = list(dict.fromkeys(row[variable] for row in bound.rows if variable in row))
+        if self.pins and part.kind == "service":
+            # a rule firing: a SERVICE ?var whose values include the window that fired reads only that
+            # window, so a rule over many patients' streams reports the firing patient, not all of them
+            firing = [v for v in values if isinstance(v, NamedNode) and self.windowed_input(v.value) in self.pins]
+            values = firing or values
+        for value in values:
+            try:
+                part_rows = self._part_rows(part, value, target)
+            except (WindowNotComplete, WindowNotResolvable):
+                if not self.pins:
+                    raise
+                continue  # a rule firing: a stream with no complete window yet (or no element) joins nothing
+            for row in part_rows:
+                if variable in row and row[variable] != value:
+                    continue  # the inner bound the target variable to something else: no join
+                rows.append({**row, variable: value})
         return values_table(names, rows)
 
     def _part_rows(self, part: ExtensionPart, value: Term | str, target: QueryTarget) -> list[Row]:
@@ -385,6 +384,15 @@ class ExtendedEvaluator:
         return stream, self._selection(stream, query_string)
 
     def _service(self, part: ExtensionPart, iri: str, target: QueryTarget) -> list[Row]:
+        window = self.local_window(iri)
+        if window is not None and isinstance(part.inner, str) and is_static(part.inner):
+            # a window's static inner SELECT: its solutions are cached under the window's elements, so the rules
+            # over one window find them without the window's dataset being looked up (as _select would cache them)
+            stream, selected = window
+            context = f"{iri} {elements_key(stream, selected)}"
+            inner = part.inner
+            return self.cache.get(inner, -1, context, lambda: self._select(
+                inner, self._stream_target(stream, selected, iri), False)).rows
         local = self.local_target(iri)
         if local is not None:
             return self._inner(part, local).rows
@@ -473,6 +481,24 @@ def _windows_param(query_string: str) -> str | None:
 def _canonical_ref(text: str) -> str:
     """A WindowRef text in canonical form (the key of rule pins and sequences)."""
     return str(parse_window_ref(text))
+
+
+_TABLES: dict[tuple[tuple[str, ...], int], tuple[list[Row], str]] = {}
+
+
+def _values_text(names: list[str], rows: list[Row]) -> str:
+    """``values_table``, written once per rows object: the rules over one window get the same cached rows of their
+    common part, and each would write the same VALUES text again. (The entry holds the rows, so their id is not
+    reused while it is kept.)"""
+    key = (tuple(names), id(rows))
+    kept = _TABLES.get(key)
+    if kept is not None and kept[0] is rows:
+        return kept[1]
+    text = values_table(names, rows)
+    if len(_TABLES) >= 1024:
+        _TABLES.clear()
+    _TABLES[key] = (rows, text)
+    return text
 
 
 def _then(micros: int | None) -> Callable[[], Literal | None]:

@@ -35,9 +35,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 #: The files that take longest (wall seconds within `make test`, measured with ``--durations``), run first: with a file
 #: per worker (``--dist loadfile --no-loadscope-reorder``), handing out the longest first keeps one worker from
 #: starting a minute-long file while the others have nothing left. Files not listed keep their order after these.
-LONGEST_FIRST = ("test_resume.py", "test_cluster.py", "test_csrbench_oracle.py", "test_crash.py", "test_pipeline.py",
-                 "test_spark_source.py", "test_rules_bulk.py", "test_mqtt.py", "test_replay.py", "test_rules.py",
-                 "test_websocket.py", "test_connected_patient.py")
+LONGEST_FIRST = ("test_cluster.py", "test_csrbench_oracle.py", "test_resume_crash.py", "test_crash.py",
+                 "test_resume.py", "test_pipeline.py", "test_spark_source.py", "test_rules_bulk.py", "test_mqtt.py",
+                 "test_replay.py", "test_rules.py", "test_websocket.py", "test_connected_patient.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -486,16 +486,21 @@ def _canonical_ref(text: str) -> str:
 _TABLES: dict[tuple[tuple[str, ...], int], tuple[list[Row], str]] = {}
 
 
+_TABLE_ROWS_KEPT = 256  # larger tables are written each time: kept, they would hold their rows and text in memory
+
+
 def _values_text(names: list[str], rows: list[Row]) -> str:
     """``values_table``, written once per rows object: the rules over one window get the same cached rows of their
-    common part, and each would write the same VALUES text again. (The entry holds the rows, so their id is not
-    reused while it is kept.)"""
+    common part, and each would write the same VALUES text again. Small tables only, at most 256 of them. (An entry
+    holds its rows, so their id is not reused while it is kept.)"""
+    if len(rows) > _TABLE_ROWS_KEPT:
+        return values_table(names, rows)
     key = (tuple(names), id(rows))
     kept = _TABLES.get(key)
     if kept is not None and kept[0] is rows:
         return kept[1]
     text = values_table(names, rows)
-    if len(_TABLES) >= 1024:
+    if len(_TABLES) >= 256:
         _TABLES.clear()
     _TABLES[key] = (rows, text)
     return text

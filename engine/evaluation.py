@@ -385,14 +385,16 @@ class ExtendedEvaluator:
 
     def _service(self, part: ExtensionPart, iri: str, target: QueryTarget) -> list[Row]:
         window = self.local_window(iri)
-        if window is not None and isinstance(part.inner, str) and is_static(part.inner):
-            # a window's static inner SELECT: its solutions are cached under the window's elements, so the rules
-            # over one window find them without the window's dataset being looked up (as _select would cache them)
+        if window is not None:
             stream, selected = window
-            context = f"{iri} {elements_key(stream, selected)}"
-            inner = part.inner
-            return self.cache.get(inner, -1, context, lambda: self._select(
-                inner, self._stream_target(stream, selected, iri), False)).rows
+            if isinstance(part.inner, str) and is_static(part.inner):
+                # a window's static inner SELECT, under the key _select caches it with: the rules over one window
+                # find its solutions without the window's dataset being looked up
+                inner = part.inner
+                return self.cache.get(inner, -1, _elements_context(iri, elements_key(stream, selected)),
+                                      lambda: self._select(inner, self._stream_target(stream, selected, iri),
+                                                           False)).rows
+            return self._inner(part, self._stream_target(stream, selected, iri)).rows
         local = self.local_target(iri)
         if local is not None:
             return self._inner(part, local).rows
@@ -429,7 +431,7 @@ class ExtendedEvaluator:
                 return self.cache.get(sparql, target.revision, context, lambda: self._select(sparql, target, False))
             if target.elements_key is not None and target.default_graph is None and target.named_graphs is None:
                 # a window's elements: the rules reading one window share the solutions of their common parts
-                context = f"{target.base_iri} {target.elements_key}"
+                context = _elements_context(target.base_iri, target.elements_key)
                 return self.cache.get(sparql, -1, context, lambda: self._select(sparql, target, False))
         with self._reading(target) as store:
             result = self._run(store, sparql, target, uses_then)
@@ -483,9 +485,14 @@ def _canonical_ref(text: str) -> str:
     return str(parse_window_ref(text))
 
 
+def _elements_context(base_iri: str | None, key: str) -> str:
+    """What a static query's cached solutions over a window's elements depend on besides its text (the window's
+    IRI, which is its base, and ``elements_key``)."""
+    return f"{base_iri} {key}"
+
+
 _TABLES: dict[tuple[tuple[str, ...], int], tuple[list[Row], str]] = {}
-
-
+_TABLES_KEPT = 256
 _TABLE_ROWS_KEPT = 256  # larger tables are written each time: kept, they would hold their rows and text in memory
 
 
@@ -500,7 +507,7 @@ def _values_text(names: list[str], rows: list[Row]) -> str:
     if kept is not None and kept[0] is rows:
         return kept[1]
     text = values_table(names, rows)
-    if len(_TABLES) >= 256:
+    if len(_TABLES) >= _TABLES_KEPT:
         _TABLES.clear()
     _TABLES[key] = (rows, text)
     return text

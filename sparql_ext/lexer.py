@@ -57,8 +57,9 @@ _PN_LOCAL = (
     rf"(?:[{_PN_CHARS_U}:0-9]|{_PLX})(?:(?:[{_PN_CHARS}.:]|{_PLX})*(?:[{_PN_CHARS}:]|{_PLX}))?"
 )
 
-_TOKEN_RULES: list[tuple[Kind | None, str]] = [
-    (None, r"\s+|#[^\n\r]*"),  # whitespace and comments
+#: Whitespace and comments, skipped before each token (possessive: a failed token match never backtracks into it).
+_SKIP = r"(?:\s+|#[^\n\r]*)*+"
+_TOKEN_RULES: list[tuple[Kind, str]] = [
     (Kind.STRING, r'"""(?:[^"\\]|\\.|"(?!""))*"""' r"|'''(?:[^'\\]|\\.|'(?!''))*'''"),
     (Kind.STRING, r'"(?:[^"\\\n\r]|\\.)*"' r"|'(?:[^'\\\n\r]|\\.)*'"),
     (Kind.IRI, r'<[^<>"{}|^`\\\x00-\x20]*>'),
@@ -71,26 +72,38 @@ _TOKEN_RULES: list[tuple[Kind | None, str]] = [
     (Kind.WORD, rf"[{_PN_CHARS_BASE}][{_PN_CHARS_U}0-9\-]*"),
     (Kind.PUNCT, r"\^\^|&&|\|\||!=|<=|>=|[{}()\[\];,.*+\-/!=<>|^]"),
 ]
-_MASTER = re.compile("|".join(f"(?P<g{i}>{rule})" for i, (_, rule) in enumerate(_TOKEN_RULES)))
-_KINDS = {f"g{i}": kind for i, (kind, _) in enumerate(_TOKEN_RULES)}  # a match's group name -> its token kind
+# One match per token: the whitespace before it, then the first rule that matches, as capturing group i + 1 (the
+# rules themselves capture nothing), so ``match.lastindex`` names the rule. Half the matches of a separate
+# whitespace token, and no group name to look up.
+_MASTER = re.compile(_SKIP + "(?:" + "|".join(f"({rule})" for _, rule in _TOKEN_RULES) + ")")
+_SKIPPED = re.compile(_SKIP)
+_KINDS: list[Kind] = [Kind.WORD, *(kind for kind, _ in _TOKEN_RULES)]  # by group number; 0 is never a lastindex
+assert _MASTER.groups == len(_TOKEN_RULES), "a token rule must not capture"
 
 
-def tokenize(text: str) -> Iterator[Token]:
-    """Tokens of ``text`` in order, whitespace and comments dropped.
+def tokenize(text: str, start: int = 0) -> Iterator[Token]:
+    """Tokens of ``text`` from offset ``start`` in order, whitespace and comments dropped; offsets are ``text``'s.
 
     >>> [t.text for t in tokenize('SELECT ?x { ?x a <y> } # done')]
     ['SELECT', '?x', '{', '?x', 'a', '<y>', '}']
+    >>> [(t.text, t.start) for t in tokenize('ASK { # c\\n  ?s ?p ?o }', 4)]
+    [('{', 4), ('?s', 12), ('?p', 15), ('?o', 18), ('}', 21)]
+    >>> list(tokenize('ASK {\\n  ?s ` }'))
+    Traceback (most recent call last):
+    ...
+    sparql_ext.errors.QuerySyntaxError: Syntax error at line 2 column 6: unexpected character '`'
     """
-    pos, length, match_at = 0, len(text), _MASTER.match
-    while pos < length:
+    pos, match_at, make = start, _MASTER.match, tuple.__new__  # make: a Token without namedtuple's Python __new__
+    while True:
         match = match_at(text, pos)
-        if match is None or match.end() == pos:
+        if match is None:
+            pos = _SKIPPED.match(text, pos).end()  # type: ignore[union-attr]  # matches the empty string
+            if pos == len(text):
+                return
             raise QuerySyntaxError(f"unexpected character {text[pos]!r}", text, pos)
-        kind = _KINDS[match.lastgroup]  # type: ignore[index]
-        end = match.end()
-        if kind is not None:
-            yield Token(kind, match.group(), pos, end)
-        pos = end
+        group: int = match.lastindex  # type: ignore[assignment]  # one rule's group always matched
+        pos = match.end()
+        yield make(Token, (_KINDS[group], match.group(group), match.start(group), pos))
 
 
 def check_nesting(tokens: list[Token], text: str, limit: int = MAX_NESTING) -> None:
@@ -161,11 +174,11 @@ def tokenize_window_refs(text: str) -> list[Token]:
     position = 0
     while True:
         try:
-            for tok in tokenize(text[position:]):
-                out.append(Token(tok.kind, tok.text, tok.start + position, tok.end + position))
+            for tok in tokenize(text, position):
+                out.append(tok)  # kept when a later character fails: the loop goes on after a '~'
             return out
         except QuerySyntaxError as error:
-            at = position + error.offset
+            at = error.offset
             if text[at] != "~":
                 raise QuerySyntaxError(f"unexpected character {text[at]!r}", text, at) from None
             out.append(Token(Kind.PUNCT, "~", at, at + 1))

@@ -57,18 +57,15 @@ def extended_tokens(text: str) -> list[Token]:
     position = 0
     while True:
         try:
-            for tok in tokenize(text[position:]):
-                start, end = tok.start + position, tok.end + position
+            for tok in tokenize(text, position):
                 if tok.kind is Kind.NUMBER and tok.text.endswith("."):  # DECIMAL needs digits after '.'
-                    out.append(Token(Kind.NUMBER, tok.text[:-1], start, end - 1))
-                    out.append(Token(Kind.PUNCT, ".", end - 1, end))
-                elif position == 0:
-                    out.append(tok)  # already where it is in the text (tokens are immutable)
+                    out.append(Token(Kind.NUMBER, tok.text[:-1], tok.start, tok.end - 1))
+                    out.append(Token(Kind.PUNCT, ".", tok.end - 1, tok.end))
                 else:
-                    out.append(Token(tok.kind, tok.text, start, end))
+                    out.append(tok)
             return out
         except QuerySyntaxError as error:
-            at = position + error.offset
+            at = error.offset
             if text[at] != "~":
                 raise ParseFailure(str(error).split(": ", 1)[1], at) from None
             out.append(Token(Kind.PUNCT, "~", at, at + 1))

@@ -209,10 +209,19 @@ class Reporter:
     _next_due: int | None = field(default=None, init=False, repr=False)
     _last_end: int | None = field(default=None, init=False, repr=False)
     _previous_items: list = field(default_factory=list, init=False, repr=False)  # type: ignore[type-arg]
+    _everything: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # RStream at every window close (the default): each window's items as they are, with nothing to compare,
+        # so none of them is hashed (a rule's every firing goes through here)
+        self._everything = self.spec == DEFAULT_SPEC
 
     def report(self, end: int, items: list, elements: int | None = None) -> list | None:  # type: ignore[type-arg]
         """``on_window`` for an ordered result: the items to emit in their order (the window's for RStream and
         IStream, the previous window's for DStream), or None when the window is not reported."""
+        if self._everything:
+            self._in_order(end)
+            return items
         previous = self._previous_items
         emitted = self.on_window(end, items, elements)
         if not (ReportPolicy.NON_EMPTY_CONTENT in self.spec.policies and elements == 0):
@@ -227,9 +236,7 @@ class Reporter:
         """What to emit for the window ending at ``end`` (µs), or None when it is not reported. ``elements``:
         how many stream elements the window holds (``non-empty-content``; None = not known, the condition
         holds)."""
-        if self._last_end is not None and end < self._last_end:
-            raise ValueError(f"windows must come in order: end {end} after {self._last_end}")
-        self._last_end = end
+        self._in_order(end)
         if ReportPolicy.NON_EMPTY_CONTENT in self.spec.policies and elements == 0:
             return None  # not evaluated: not reported, not the previous window of the next one
         if self._first_end is None:
@@ -257,3 +264,8 @@ class Reporter:
                 return None
             self._next_due = self._first_end + ((end - self._first_end) // period + 1) * period
         return emitted
+
+    def _in_order(self, end: int) -> None:
+        if self._last_end is not None and end < self._last_end:
+            raise ValueError(f"windows must come in order: end {end} after {self._last_end}")
+        self._last_end = end

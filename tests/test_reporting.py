@@ -90,6 +90,22 @@ def test_windows_must_come_in_order() -> None:
         reporter.on_window(1 * S, {"a"})
 
 
+def test_default_report_gives_each_window_as_it_is() -> None:
+    """RStream at window close: every window's items, in their order, duplicates kept, an empty window empty; the
+    order of windows is still checked."""
+    reporter = Reporter(parse_report(None, None))
+    assert reporter.report(1 * S, ["b", "a", "b"], 3) == ["b", "a", "b"]
+    assert reporter.report(2 * S, [], 0) == []
+    assert reporter.report(2 * S, ["a"], 1) == ["a"]  # a window ending at the same time (another sequence's)
+    with pytest.raises(ValueError, match="in order"):
+        reporter.report(1 * S, ["a"], 1)
+    # the same spec written out is the default too; written otherwise (istream) it compares windows
+    assert Reporter(parse_report("window-close", "rstream")).report(S, ["x", "x"]) == ["x", "x"]
+    istream = Reporter(parse_report(None, "istream"))
+    assert istream.report(S, ["x", "y"]) == ["x", "y"]
+    assert istream.report(2 * S, ["x", "z"]) == ["z"]
+
+
 def test_parse_defaults_and_forms() -> None:
     assert parse_report(None, None) == ReportSpec(
         frozenset({ReportPolicy.WINDOW_CLOSE}), StreamOperator.RSTREAM, None)

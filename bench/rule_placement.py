@@ -8,7 +8,7 @@ the connected-patient alert, executor-eligible). Each window is one firing, pinn
   process — what ``RuleRunner.on_windows`` does in local mode.
 - **executors**: the same firings as batches of ``--batch`` firings (a pipeline batch in which that many windows
   completed, e.g. many streams or rules): the driver says where each window's elements are in the element log
-  (``window_data``; the executors read them, as a server's on this machine do), the static data is broadcast
+  (``firing_task``; the executors read them, as a server's on this machine do), the static data is broadcast
   once, and ``ExecutorPool.run`` evaluates the batch as one Spark job on ``--spark-master`` (``local[2]`` by
   default; ``--cluster`` starts a standalone master and two workers on 127.0.0.1).
 
@@ -44,7 +44,7 @@ from engine.selection import SelectedWindow
 from pipeline.spark import SparkSettings, spark_session
 from protocol import ServerConfig, create_app
 from protocol.services import services_of
-from rules.tasks import ExecutorPool, RuleTask, ineligible_reason, window_data
+from rules.tasks import ExecutorPool, firing_task, ineligible_reason
 
 HOST = "http://localhost"
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
@@ -131,7 +131,7 @@ def run_executors(app: Flask, pool: ExecutorPool, rule: str, windows: int, size:
     static = pool.static(firing(app, 0, size))
     for first in range(0, windows, batch):
         began = time.perf_counter()
-        tasks = [RuleTask(w, rule, HOST, window_data(rule, HOST, firing(app, w, size), pool.reads_log))
+        tasks = [firing_task(w, rule, HOST, firing(app, w, size), pool.reads_log)
                  for w in range(first, min(first + batch, windows))]
         copied = time.perf_counter()
         results = sorted(pool.run(tasks, static), key=lambda r: r.position)

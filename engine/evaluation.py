@@ -131,11 +131,14 @@ class ExtendedEvaluator:
                  http_timeout: float = 60.0, pins: dict[tuple[str, str], SelectedWindow] | None = None,
                  cache: StaticResults[Solutions] | None = None, allow_hosts: frozenset[str] | None = None,
                  preloaded: dict[str, QueryTarget] | None = None,
-                 sequences: dict[tuple[str, str], str] | None = None) -> None:
+                 sequences: dict[tuple[str, str], str] | None = None,
+                 targets: dict[int, tuple[str, ...]] | None = None) -> None:
         self.dataset = dataset
         # SERVICE IRI -> the dataset it names, copied in already (a rule evaluated in a Spark executor, which has
         # the window's quads but no catalog: rules/tasks.py)
         self.preloaded = preloaded or {}
+        # a top-level SERVICE ?var part (by ident) -> the IRIs it reads, resolved by the driver (an executor)
+        self.targets = targets or {}
         # hosts ("host" or "host:port") SERVICE may reach over HTTP; None: any (this server is in-process anyway)
         self.allow_hosts = allow_hosts
         self.cache: StaticResults[Solutions] = cache if cache is not None else StaticResults()
@@ -216,16 +219,7 @@ class ExtendedEvaluator:
             return _values_text(names, self._part_rows(part, part.target, target))
         rows: list[Row] = []
         variable = part.target[1:]
-        prefix = parse_extended(part.prefix, target.base_iri)
-        bound = self._select(self._spliced(prefix, target), target, prefix.uses_then,
-                             cacheable=not prefix.parts)
-        values = list(dict.fromkeys(row[variable] for row in bound.rows if variable in row))
-        if self.pins and part.kind == "service":
-            # a rule firing: a SERVICE ?var whose values include the window that fired reads only that
-            # window, so a rule over many patients' streams reports the firing patient, not all of them
-            firing = [v for v in values if isinstance(v, NamedNode) and self.windowed_input(v.value) in self.pins]
-            values = firing or values
-        for value in values:
+        for value in self.target_values(part, target):
             try:
                 part_rows = self._part_rows(part, value, target)
             except (WindowNotComplete, WindowNotResolvable):
@@ -237,6 +231,24 @@ class ExtendedEvaluator:
                     continue  # the inner bound the target variable to something else: no join
                 rows.append({**row, variable: value})
         return values_table(names, rows)
+
+    def target_values(self, part: ExtensionPart, target: QueryTarget) -> list[Term]:
+        """The values a part with a variable target reads, in order: the distinct bindings of the variable by the
+        patterns before the part (its prefix) over ``target``. In an executor, the IRIs the driver resolved."""
+        given = self.targets.get(part.ident)
+        if given is not None:
+            return [NamedNode(iri) for iri in given]
+        variable = part.target[1:]
+        prefix = parse_extended(part.prefix, target.base_iri)
+        bound = self._select(self._spliced(prefix, target), target, prefix.uses_then,
+                             cacheable=not prefix.parts)
+        values = list(dict.fromkeys(row[variable] for row in bound.rows if variable in row))
+        if self.pins and part.kind == "service":
+            # a rule firing: a SERVICE ?var whose values include the window that fired reads only that
+            # window, so a rule over many patients' streams reports the firing patient, not all of them
+            firing = [v for v in values if isinstance(v, NamedNode) and self.windowed_input(v.value) in self.pins]
+            values = firing or values
+        return values
 
     def _part_rows(self, part: ExtensionPart, value: Term | str, target: QueryTarget) -> list[Row]:
         """The solutions of a part's inner pattern over the dataset its target (a constant or a value) names."""

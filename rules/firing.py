@@ -40,11 +40,10 @@ from rules.tasks import (
     UNREADABLE,
     ExecutorPool,
     Placement,
-    RuleTask,
     TaskResult,
+    firing_task,
     ineligible_reason,
     placement_of,
-    window_data,
 )
 from sparql_ext.reporting import Reporter
 from sparql_ext.revision import is_finer_than_micros, parse_datetime_stamp
@@ -107,11 +106,11 @@ class RuleRunner:
         tasks = []
         for position, rule, stream, revision in wanted:
             try:
-                windows = window_data(rule.text, rule.base, self._evaluator_for(rule, stream, revision),
-                                      self.pool.reads_log)
-            except Exception:  # noqa: BLE001 - the driver's evaluation reports it the usual way
+                task = firing_task(position, rule.text, rule.base, self._evaluator_for(rule, stream, revision),
+                                   self.pool.reads_log)
+            except Exception:  # noqa: BLE001 - StaysInDriver, or the driver's evaluation reports it the usual way
                 continue
-            tasks.append(RuleTask(position, rule.text, rule.base, windows))
+            tasks.append(task)
         if not tasks:
             return {}
         try:

@@ -10,10 +10,14 @@ stores and runs the same ``ExtendedEvaluator`` over them. What the executor retu
 constructed quads or triples, as N-Quads) is appended by the driver exactly as a driver firing's output
 (report policy, stream operator, idempotent origins: rules/firing.py).
 
-**Eligible** (``ineligible_reason`` returns None): every extension part is a ``SERVICE`` to a constant IRI of
-one of this server's streams (windowed or whole), without nested parts, and the dataset is at most
-``STATIC_QUADS_LIMIT`` quads. ``SERVICE ?var`` (its targets are discovered from the dataset per firing),
-``REVISION`` / ``WINDOWS`` clauses and ``SERVICE`` to other endpoints stay in the driver.
+**Eligible** (``ineligible_reason`` returns None): every extension part is a ``SERVICE`` without nested parts, to
+a constant IRI of one of this server's streams (windowed or whole) or to a variable (``SERVICE ?var``), and the
+dataset is at most ``STATIC_QUADS_LIMIT`` quads. A ``SERVICE ?var``'s targets are resolved by the driver at each
+firing, as its own evaluation would resolve them (the patterns before the part over the dataset, cached per revision
+of it; only the firing window when it is among them): the task carries the IRIs and where their windows are. A firing
+whose targets include something else than a window of this server's streams (another endpoint, a value that is not
+an IRI) is evaluated in the driver (``StaysInDriver``). ``REVISION`` / ``WINDOWS`` clauses and ``SERVICE`` to other
+endpoints stay in the driver.
 
 **Placement** (``serve --rules-on``): ``auto`` (the default) sends eligible rules to executors when the Spark
 master is a cluster and keeps everything in the driver in local mode, where a Spark job per batch (≈ 50–100 ms)
@@ -26,17 +30,19 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pyoxigraph import RdfFormat, Store, parse, serialize
+from pyoxigraph import NamedNode, RdfFormat, Store, parse, serialize
 
+from engine.errors import WindowNotComplete
 from engine.evaluation import ExtendedEvaluator, QueryTarget
 from engine.results import ConstructedQuads, ConstructedTriples
 from engine.syntax import checked_query
 from rules.errors import ExecutorRuleFailed
 from sparql_ext import ExtendedQuery
+from sparql_ext.windowing import WindowNotResolvable
 
 Placement = Literal["auto", "driver", "executors"]
 PLACEMENTS: tuple[str, ...] = ("auto", "driver", "executors")
@@ -83,7 +89,8 @@ class RuleTask:
     position: int  # in the batch's firing order (the driver commits outputs in that order)
     text: str
     base: str
-    windows: dict[str, WindowData]  # SERVICE IRI as written in the rule → its dataset
+    windows: dict[str, WindowData]  # SERVICE IRI (as written, or a SERVICE ?var's value) → its dataset
+    targets: dict[int, tuple[str, ...]] = field(default_factory=dict)  # a SERVICE ?var part's ident → its IRIs
 
 
 #: A TaskResult's kind when the executor could not read a window from the element log: not the rule's failure.
@@ -111,11 +118,10 @@ def ineligible_reason(text: str, base: str, evaluator: ExtendedEvaluator) -> str
     for part in checked_query(text, base).parts:
         if part.kind != "service":
             return f"{part.kind.upper()} clause (reads a stream's or the dataset's history)"
-        if part.target_is_variable:
-            return f"SERVICE {part.target} (its targets are discovered from the dataset at each firing)"
         if isinstance(part.inner, ExtendedQuery):
-            return f"SERVICE <{part.target}> has extension clauses inside"
-        if evaluator.local_stream(part.target)[0] is None:
+            shown = part.target if part.target_is_variable else f"<{part.target}>"
+            return f"SERVICE {shown} has extension clauses inside"
+        if not part.target_is_variable and evaluator.local_stream(part.target)[0] is None:
             return f"SERVICE <{part.target}> is not one of this server's streams"
     return None
 
@@ -133,23 +139,48 @@ def placement_of(mode: Placement, spark_master: str, reason: str | None) -> str:
 
 # -- the driver side ---------------------------------------------------------------------------------------------
 
-def window_data(text: str, base: str, evaluator: ExtendedEvaluator, reads_log: bool = False
-                ) -> dict[str, WindowData]:
-    """The windows a firing reads (``evaluator`` pinned to the firing window): where they are in the element log
-    (``reads_log``) or their content. Raises what the driver's evaluation would (e.g. ``WindowNotComplete`` for an
-    input with no complete window yet)."""
-    found: dict[str, WindowData] = {}
+class StaysInDriver(Exception):
+    """A firing of an eligible rule that cannot travel: a SERVICE ?var value is not a window of this server's
+    streams. The driver evaluates it, as it evaluates ineligible rules."""
+
+
+def firing_task(position: int, text: str, base: str, evaluator: ExtendedEvaluator, reads_log: bool = False
+                ) -> RuleTask:
+    """The task of one firing (``evaluator`` pinned to the firing window): the windows it reads, where they are in the
+    element log (``reads_log``) or their content, and the IRIs each ``SERVICE ?var`` reads. Raises what the
+    driver's evaluation would (e.g. ``WindowNotComplete`` for an input with no complete window yet), or
+    ``StaysInDriver``."""
+    windows: dict[str, WindowData] = {}
+    targets: dict[int, tuple[str, ...]] = {}
     for part in checked_query(text, base).parts:
-        if part.target in found:
+        if not part.target_is_variable:
+            if part.target not in windows:
+                windows[part.target] = _window(part.target, evaluator, reads_log)
             continue
-        window = evaluator.local_window(part.target)
-        assert window is not None, part.target  # eligible: one of our streams
-        stream, selected = window
-        if reads_log:
-            found[part.target] = WindowData(b"", selected.commit, tuple(stream.content_runs(selected.ordinals)))
-        else:
-            found[part.target] = WindowData(stream.contents(selected.ordinals), selected.commit)
-    return found
+        read: list[str] = []
+        for value in evaluator.target_values(part, QueryTarget(base_iri=base)):
+            if not isinstance(value, NamedNode):
+                raise StaysInDriver(f"SERVICE {part.target} is bound to {value}, which is not an IRI")
+            try:
+                data = windows.get(value.value) or _window(value.value, evaluator, reads_log)
+            except (WindowNotComplete, WindowNotResolvable) as error:
+                if part.silent:  # SILENT gives the join identity for it: the driver's evaluation does that
+                    raise StaysInDriver(str(error)) from None
+                continue  # as in the driver's evaluation of a firing: a stream with no such window joins nothing
+            windows[value.value] = data
+            read.append(value.value)
+        targets[part.ident] = tuple(read)
+    return RuleTask(position, text, base, windows, targets)
+
+
+def _window(iri: str, evaluator: ExtendedEvaluator, reads_log: bool) -> WindowData:
+    window = evaluator.local_window(iri)
+    if window is None:  # (a constant SERVICE IRI of an eligible rule is one of our streams)
+        raise StaysInDriver(f"SERVICE <{iri}> is not a stream of this server")
+    stream, selected = window
+    if reads_log:
+        return WindowData(b"", selected.commit, tuple(stream.content_runs(selected.ordinals)))
+    return WindowData(stream.contents(selected.ordinals), selected.commit)
 
 
 def static_data(evaluator: ExtendedEvaluator) -> StaticData | None:
@@ -282,7 +313,8 @@ def evaluate(task: RuleTask, static: StaticData, stores: dict[WindowData, Store]
                 store = stores[data] = Store()
                 store.load(content, format=RdfFormat.TRIG, lenient=True)  # the log's content: pyoxigraph's output
             windows[iri] = QueryTarget(store, None, None, data.then_time, iri)
-        evaluator = ExtendedEvaluator(_dataset(static), None, [task.base], None, preloaded=windows)  # type: ignore[arg-type]
+        evaluator = ExtendedEvaluator(_dataset(static), None, [task.base], None,  # type: ignore[arg-type]
+                                      preloaded=windows, targets=task.targets)
         result = evaluator.query(task.text, QueryTarget(base_iri=task.base))
         if isinstance(result, ConstructedQuads):
             return TaskResult(task.position, "quads", _nquads(result))

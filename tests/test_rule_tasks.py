@@ -7,6 +7,7 @@ is {a, b}; the dataset says the threshold is 75. Worked by hand: only b (80) is 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -23,15 +24,17 @@ from rules.tasks import (
     UNREADABLE,
     ExecutorRuleFailed,
     RuleTask,
+    StaysInDriver,
     WindowData,
     evaluate,
     evaluate_all,
+    firing_task,
     ineligible_reason,
     placement_of,
     static_data,
     window_chunks,
-    window_data,
 )
+from tests.test_connected_patient import EXAMPLE, LR, OBS, STREAMS, _rule, load_generator
 
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
 XSD = "http://www.w3.org/2001/XMLSchema#"
@@ -70,7 +73,8 @@ def test_window_and_static_rules_may_go_to_executors(app: Flask) -> None:
 
 
 @pytest.mark.parametrize(("rule", "reason"), [
-    ("CONSTRUCT { ?s ?p ?o } WHERE { ?x <urn:feed> ?feed SERVICE ?feed { ?s ?p ?o } }", "SERVICE ?feed"),
+    ("CONSTRUCT { ?s ?p ?o } WHERE { ?x <urn:feed> ?feed SERVICE ?feed { REVISION 1 { ?s ?p ?o } } }",
+     "SERVICE ?feed has extension clauses inside"),
     ("CONSTRUCT { ?s ?p ?o } WHERE { REVISION 1 { ?s ?p ?o } }", "REVISION clause"),
     ("CONSTRUCT { ?s ?p ?o } WHERE { SERVICE <http://example.org/sparql> { ?s ?p ?o } }", "not one of this server"),
     (f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ SERVICE <{WINDOWED}> {{ REVISION 1 {{ ?s ?p ?o }} }} }}",
@@ -95,13 +99,13 @@ def test_executor_evaluation_equals_the_drivers(app: Flask, reads_log: bool) -> 
     driver = evaluator.query(HIGH, QueryTarget(base_iri=HOST))
     static = static_data(evaluator)
     assert static is not None
-    windows = window_data(HIGH, HOST, evaluator, reads_log)
-    [data] = windows.values()
+    task = firing_task(7, HIGH, HOST, evaluator, reads_log)
+    [data] = task.windows.values()
     if reads_log:  # where elements a and b are in the log: no content moves; one run (they are neighbours)
         assert data.content == b"" and len(data.runs) == 1 and data.runs[0][0].endswith(".dat")
     else:
         assert data.content.count(b"<http://ex/hr>") == 2 and data.runs == ()
-    result = evaluate(RuleTask(7, HIGH, HOST, windows), static)
+    result = evaluate(task, static)
     assert (result.position, result.kind) == (7, "triples")
     executor = result.construction()
     assert isinstance(executor, ConstructedTriples) and isinstance(driver, ConstructedTriples)
@@ -119,7 +123,7 @@ def test_executor_quad_templates_and_then(app: Flask) -> None:
     evaluator = firing(app)
     static = static_data(evaluator)
     assert static is not None
-    result = evaluate(RuleTask(0, rule, HOST, window_data(rule, HOST, evaluator)), static).construction()
+    result = evaluate(firing_task(0, rule, HOST, evaluator), static).construction()
     assert isinstance(result, ConstructedQuads)
     then = Literal("1970-01-01T00:00:01Z", datatype=NamedNode(f"{XSD}dateTime"))
     assert sorted(result, key=str) == sorted(
@@ -127,12 +131,56 @@ def test_executor_quad_templates_and_then(app: Flask) -> None:
          for n in ("a", "b")], key=str)
 
 
+FEED = """CONSTRUCT { ?p <urn:high> ?o }
+WHERE { ?p <urn:stream> ?feed . <urn:hr> <urn:threshold> ?limit .
+        SERVICE ?feed { SELECT ?o ?hr WHERE { GRAPH ?g { ?o <http://ex/hr> ?hr } } }
+        FILTER(?hr > ?limit) }"""
+
+
+def _insert(app: Flask, triples: str) -> None:
+    r = app.test_client().post("/sparql", data=f"INSERT DATA {{ {triples} }}",
+                               headers={"Content-Type": "application/sparql-update"})
+    assert r.status_code == 204, r.text
+
+
+@pytest.mark.parametrize("reads_log", [False, True], ids=["content", "log-runs"])
+def test_a_service_var_rule_travels_with_the_targets_the_driver_resolved(app: Flask, reads_log: bool) -> None:
+    # p1 is fed by the firing window (hr's 5-minute windows), p2 by hr's 10-minute ones: the firing reads p1's only,
+    # as the driver's evaluation of a firing does; by hand, b (80 > 75) is p1's one reading above the threshold
+    _insert(app, f"<urn:p1> <urn:stream> <{WINDOWED}> . "
+                 f"<urn:p2> <urn:stream> <{HOST}/streams/hr?WINDOWS=R/HEAD/PT10M> .")
+    evaluator = firing(app)
+    assert ineligible_reason(FEED, HOST, evaluator) is None
+    task = firing_task(5, FEED, HOST, evaluator, reads_log)
+    assert task.targets == {0: (WINDOWED,)} and list(task.windows) == [WINDOWED]
+    if reads_log:
+        assert task.windows[WINDOWED].content == b""  # where a and b are in the log: no content moves
+    static = static_data(evaluator)
+    assert static is not None
+    result = evaluate(task, static)
+    assert (result.position, result.kind) == (5, "triples"), result.payload
+    executor = result.construction()
+    assert [(str(t.subject), str(t.predicate), str(t.object)) for t in executor] == \
+        [("<urn:p1>", "<urn:high>", "<http://ex/bobs>")]
+    driver = evaluator.query(FEED, QueryTarget(base_iri=HOST))
+    assert sorted(map(str, executor)) == sorted(map(str, driver))  # type: ignore[arg-type]
+
+
+def test_a_service_var_bound_to_another_endpoint_keeps_the_firing_in_the_driver(app: Flask) -> None:
+    _insert(app, "<urn:p3> <urn:stream> <http://example.org/streams/x?WINDOWS=R/HEAD/PT5M> .")
+    with pytest.raises(StaysInDriver, match="example.org"):
+        firing_task(0, FEED, HOST, firing(app))
+    _insert(app, '<urn:p4> <urn:named> "not an IRI" .')
+    with pytest.raises(StaysInDriver, match="not an IRI"):
+        firing_task(0, FEED.replace("<urn:stream>", "<urn:named>"), HOST, firing(app))
+
+
 def test_an_executor_error_comes_back_to_the_driver(app: Flask) -> None:
     evaluator = firing(app)
     static = static_data(evaluator)
     assert static is not None
     rule = f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ SERVICE <{WINDOWED}> {{ ?s ?p ?o FILTER(<urn:no-such-fn>(?o)) }} }}"
-    result = evaluate(RuleTask(3, rule, HOST, window_data(rule, HOST, evaluator)), static)
+    result = evaluate(firing_task(3, rule, HOST, evaluator), static)
     assert result.kind == "error"
     with pytest.raises(ExecutorRuleFailed, match="urn:no-such-fn"):
         result.construction()
@@ -143,7 +191,7 @@ def test_rules_over_one_window_load_it_once_in_an_executor(app: Flask, monkeypat
     static = static_data(evaluator)
     assert static is not None
     rules = [HIGH, HIGH.replace("<urn:above>", "<urn:over>"), HIGH.replace("FILTER(?hr > ?limit)", "")]
-    tasks = [RuleTask(n, rule, HOST, window_data(rule, HOST, evaluator, True)) for n, rule in enumerate(rules)]
+    tasks = [firing_task(n, rule, HOST, evaluator, True) for n, rule in enumerate(rules)]
     alone = [evaluate(task, static) for task in tasks]
     reads: list[WindowData] = []
     real_read = WindowData.read
@@ -194,9 +242,9 @@ def test_values_reach_the_executor_and_come_back_exactly_as_the_driver_gives_the
         [HOST], {("hr", "R/HEAD/PT5M"): SelectedWindow(list(range(1, len(values) + 2)), commit=1)})
     static = static_data(evaluator)
     assert static is not None
-    windows = window_data(rule, HOST, evaluator, True)
-    assert all(data.content == b"" for data in windows.values())  # read by the executor from the log's files
-    executor = evaluate(RuleTask(0, rule, HOST, windows), static).construction()
+    task = firing_task(0, rule, HOST, evaluator, True)
+    assert all(data.content == b"" for data in task.windows.values())  # read by the executor from the log's files
+    executor = evaluate(task, static).construction()
     driver = evaluator.query(rule, QueryTarget(base_iri=HOST))
     got = {str(t.subject): t.object for t in executor}  # type: ignore[union-attr]
     assert {s: str(o) for s, o in got.items() if not isinstance(o, BlankNode)} == {
@@ -205,4 +253,47 @@ def test_values_reach_the_executor_and_come_back_exactly_as_the_driver_gives_the
     # the same as the driver's (a blank node is labelled afresh in each window store: compared apart)
     assert sorted(str(t) for t in executor if not isinstance(t.object, BlankNode)) == \
         sorted(str(t) for t in driver if not isinstance(t.object, BlankNode))  # type: ignore[union-attr]
+    services_of(app).close()
+
+
+def test_the_connected_patient_alert_travels_with_both_service_vars(tmp_path: Path) -> None:
+    """The seed's rule (two SERVICE ?var: a one-shot activity window, the firing heart-rate window) as a task: the
+    same alert as the driver's, DESIGN §3's worked case by hand (tests/test_connected_patient.py): pat2's window
+    {125, 135} averages 130 > 123.9."""
+    generate = load_generator()
+    app = create_app(ServerConfig(tmp_path / "data", in_memory=True))
+    client = app.test_client()
+    r = client.post("/store", data=(EXAMPLE / "base.trig").read_bytes(), headers={"Content-Type": "application/trig"})
+    assert r.status_code in (200, 201, 204), r.text
+    for name, alias in STREAMS.items():
+        assert client.put(f"/streams/{name}", query_string={"alias": alias}).status_code == 201
+    start, minute = datetime(2016, 6, 20, 10, tzinfo=UTC), timedelta(minutes=1)
+    for stream, kind, readings in (("activity-pat2", "activity", ((0, 5), (2, 4))),
+                                   ("hr-pat2", "heart-rate", ((0, 125), (2, 135), (5, 115)))):
+        body = "".join(generate.element(kind, start + k * minute, v) for k, v in readings)
+        assert client.post(f"/streams/{stream}", data=body, headers={"Content-Type": "application/trig"}).status_code \
+            == 200
+    rule = _rule("heart-rate-alert")
+    evaluator = services_of(app).evaluator.with_local_bases([HOST]).for_rule(
+        [HOST], {("hr-pat2", "R/HEAD/PT5M"): SelectedWindow([1, 2], commit=1_000_000)})
+    assert ineligible_reason(rule, HOST, evaluator) is None
+    task = firing_task(0, rule, HOST, evaluator, True)
+    # the heart-rate part reads the firing window only; no window content moves
+    assert task.targets[1] == (f"{STREAMS['hr-pat2']}?WINDOWS=R/HEAD/PT05M",)
+    assert f"{STREAMS['activity-pat2']}?WINDOWS=HEAD/-PT05M" in task.targets[0]
+    assert all(data.content == b"" for data in task.windows.values())
+    static = static_data(evaluator)
+    assert static is not None
+    executor = evaluate(task, static).construction()
+    driver = evaluator.query(rule, QueryTarget(base_iri=HOST))
+
+    def values(quads: object) -> list[tuple[str, str]]:  # UUID() and blank nodes differ in each evaluation
+        return sorted((str(q.predicate), str(q.object)) for q in quads  # type: ignore[attr-defined]
+                      if not isinstance(q.object, BlankNode) and not str(q.object).startswith("<urn:uuid:"))
+
+    assert values(executor) == values(driver)
+    found = dict(values(executor))
+    assert found[f"<{OBS}subject>"] == f"<{LR}pat2>"
+    assert found[f"<{LR}threshold>"].startswith('"123.9')
+    assert found[f"<{OBS}effectiveDateTime>"].startswith('"2016-06-20T10:02:00')
     services_of(app).close()

@@ -109,6 +109,7 @@ def assemble(config: ServerConfig, *, spark_master: str | None, rules_dir: Path 
                         pool=pool)
     if pipeline is not None:
         pipeline.on_windows.append(runner.on_windows)
+        pipeline.on_started.append(runner.warm_up)
     connector = MqttConnector(mqtt, config.data_dir, opened) if mqtt is not None else None
     followers = LdesFollowers(opened.streams, None if config.service_allow is None else
                               frozenset(config.service_allow))

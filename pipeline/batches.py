@@ -131,6 +131,9 @@ class WindowPipeline:
         # Called after a batch commits new window revisions of a stream (e.g. the rule runner); a callback's
         # exception is recorded and does not stop the pipeline.
         self.on_windows: list[Callable[[Committed], None]] = []
+        # Called once the query runs (e.g. the rule runner warming Spark's Python workers for rules in executors);
+        # a callback's exception is recorded and does not stop the pipeline.
+        self.on_started: list[Callable[[], None]] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -153,6 +156,11 @@ class WindowPipeline:
         if self.warm_up:
             self._wait_primed()
         self.ready.set()
+        for callback in list(self.on_started):
+            try:
+                callback()
+            except Exception as error:  # noqa: BLE001 - a callback must not stop the pipeline
+                self._record_error(f"on_started callback failed: {error!r}")
 
     def _prime(self, records: int = 2_000) -> None:
         """Append a few element records to the pipeline's own log (``WARM_UP_STREAM``), which no stream owns: they

@@ -28,6 +28,7 @@ costs more than evaluating small windows in place; ``executors`` sends eligible 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,9 +37,10 @@ from typing import Any, Literal
 
 from pyoxigraph import NamedNode, RdfFormat, Store, parse, serialize
 
+from engine.cache import StaticResults
 from engine.errors import WindowNotComplete
-from engine.evaluation import ExtendedEvaluator, QueryTarget
-from engine.results import ConstructedQuads, ConstructedTriples
+from engine.evaluation import ExtendedEvaluator, QueryTarget, elements_key
+from engine.results import ConstructedQuads, ConstructedTriples, Solutions
 from engine.syntax import checked_query
 from rules.errors import ExecutorRuleFailed
 from sparql_ext import ExtendedQuery
@@ -58,6 +60,9 @@ class WindowData:
     content: bytes
     then_time: int | None  # µs: THEN() inside the part (the window revision's commit time)
     runs: tuple[tuple[str, int, int], ...] = ()  # (.dat file, offset, length)
+    #: the driver's name for exactly these elements (``engine.evaluation.elements_key``): the executor caches the
+    #: static parts over the window under it, as the driver does, so the rules reading one window share them
+    key: str | None = None
 
     def read(self) -> bytes:
         """The window's TriG (in an executor: from the log's files when given as runs)."""
@@ -178,9 +183,10 @@ def _window(iri: str, evaluator: ExtendedEvaluator, reads_log: bool) -> WindowDa
     if window is None:  # (a constant SERVICE IRI of an eligible rule is one of our streams)
         raise StaysInDriver(f"SERVICE <{iri}> is not a stream of this server")
     stream, selected = window
+    key = elements_key(stream, selected)
     if reads_log:
-        return WindowData(b"", selected.commit, tuple(stream.content_runs(selected.ordinals)))
-    return WindowData(stream.contents(selected.ordinals), selected.commit)
+        return WindowData(b"", selected.commit, tuple(stream.content_runs(selected.ordinals)), key)
+    return WindowData(stream.contents(selected.ordinals), selected.commit, key=key)
 
 
 def static_data(evaluator: ExtendedEvaluator) -> StaticData | None:
@@ -205,11 +211,12 @@ class ExecutorPool:
         self.reads_log = reads_log
         self.windows_sent = 0  # windows given to executors, and the bytes of their content the driver moved
         self.content_bytes_sent = 0
+        self.warmed_seconds: float | None = None  # how long ``warm_up`` took (None: not warmed)
 
     def status(self) -> dict[str, object]:
         """``/status`` → ``executors``: how windows reach the executors, and what the driver moved of them."""
         return {"reads_log": self.reads_log, "windows": self.windows_sent,
-                "content_bytes": self.content_bytes_sent}
+                "content_bytes": self.content_bytes_sent, "warmed_seconds": self.warmed_seconds}
 
     @property
     def ready(self) -> bool:
@@ -225,6 +232,14 @@ class ExecutorPool:
             shared = None if data is None else self._spark().sparkContext.broadcast(data)
             self._broadcast = (head, shared)
         return self._broadcast[1]
+
+    def warm_up(self) -> None:
+        """A job that only loads, in each Python worker, what evaluations use (this module, the engine, pyoxigraph)."""
+        started = time.monotonic()
+        context = self._spark().sparkContext
+        slices = context.defaultParallelism
+        context.parallelize(range(slices), slices).map(_warm).collect()
+        self.warmed_seconds = round(time.monotonic() - started, 3)
 
     def run(self, tasks: list[RuleTask], static: Any) -> list[TaskResult]:
         """Evaluate ``tasks`` in executors (one Spark job, as many slices as the cluster has cores)."""
@@ -281,6 +296,8 @@ class _Committed:
 
 
 _snapshot: SnapshotDataset | None = None  # per Python worker (reused across tasks): rebuilt when the revision moves
+#: per Python worker, as the driver's: static parts over the dataset (by revision) and over a window (by its elements)
+_results: StaticResults[Solutions] = StaticResults(1024)
 
 
 def _dataset(static: StaticData) -> SnapshotDataset:
@@ -288,6 +305,13 @@ def _dataset(static: StaticData) -> SnapshotDataset:
     if _snapshot is None or _snapshot.head != static.revision:
         _snapshot = SnapshotDataset(static)
     return _snapshot
+
+
+def _warm(_: object) -> int:
+    """(In an executor, by ``ExecutorPool.warm_up``) nothing but the imports and a store: its unpickling imported this
+    module and the engine."""
+    Store()
+    return 1
 
 
 def evaluate_all(tasks: list[RuleTask], static: StaticData) -> list[TaskResult]:
@@ -312,9 +336,9 @@ def evaluate(task: RuleTask, static: StaticData, stores: dict[WindowData, Store]
                     return TaskResult(task.position, UNREADABLE, f"{type(error).__name__}: {error}".encode())
                 store = stores[data] = Store()
                 store.load(content, format=RdfFormat.TRIG, lenient=True)  # the log's content: pyoxigraph's output
-            windows[iri] = QueryTarget(store, None, None, data.then_time, iri)
+            windows[iri] = QueryTarget(store, None, None, data.then_time, iri, elements_key=data.key)
         evaluator = ExtendedEvaluator(_dataset(static), None, [task.base], None,  # type: ignore[arg-type]
-                                      preloaded=windows, targets=task.targets)
+                                      cache=_results, preloaded=windows, targets=task.targets)
         result = evaluator.query(task.text, QueryTarget(base_iri=task.base))
         if isinstance(result, ConstructedQuads):
             return TaskResult(task.position, "quads", _nquads(result))

@@ -123,5 +123,6 @@ def test_sigkill_mid_upload_and_windows_then_resume_equals_uninterrupted(tmp_pat
     # before the kill and not fired are fired at start-up, in the driver: catch_up)
     assert status["placement"] == "executors" and status["executor_firings"] >= 1, status
     assert executors["reads_log"] and executors["content_bytes"] == 0, executors
+    assert executors["warmed_seconds"] is not None, executors  # its Python workers were started with the pipeline
     assert elements == ELEMENTS
     assert outputs == UNINTERRUPTED  # every window's output exactly once, as in an uninterrupted run

@@ -6,7 +6,7 @@ a ``SERVICE <this server's /sparql>`` part) give the same solutions until the da
 evaluated once per dataset revision instead of once per window. The key holds the revision ordinal, so a
 write simply makes new keys; old entries age out of the LRU. The same holds for a window: its elements never change,
 so the static parts of the rules reading one window (their common ``SERVICE`` inner ``SELECT``) are evaluated once
-for all of them, under a key naming the window's elements (``engine.evaluation.elements_key``). Queries calling
+for all of them, under a key naming the window's elements (``engine.selection.elements_key``). Queries calling
 functions whose value changes between evaluations (``NOW()``, ``RAND()``, ``UUID()``, ``STRUUID()``, ``BNODE()``,
 ``THEN()``) are never cached.
 """

@@ -56,9 +56,11 @@ from engine.results import (
     deskolemize,
     deskolemized_solutions,
     instantiate,
+    rows_of,
     values_table,
+    values_text,
 )
-from engine.selection import SelectedWindow, revision_selection, select_window
+from engine.selection import SelectedWindow, elements_key, revision_selection, select_window
 from engine.syntax import checked_query
 from sparql_ext import THEN_FUNCTION, ExtendedQuery, ExtensionPart, parse_extended
 from sparql_ext.errors import ConcentratorError
@@ -216,7 +218,7 @@ class ExtendedEvaluator:
         header = part.values_variables
         names = [v[1:] for v in header]
         if not part.target_is_variable:
-            return _values_text(names, self._part_rows(part, part.target, target))
+            return values_text(names, self._part_rows(part, part.target, target))
         rows: list[Row] = []
         variable = part.target[1:]
         for value in self.target_values(part, target):
@@ -422,7 +424,7 @@ class ExtendedEvaluator:
         results = parse_query_results(response.content, QueryResultsFormat.JSON)
         if isinstance(results, QueryBoolean):
             return [{}] if bool(results) else []
-        return _rows(results)
+        return rows_of(results)
 
     # -- running pyoxigraph ------------------------------------------------------------------------------
 
@@ -449,7 +451,7 @@ class ExtendedEvaluator:
             result = self._run(store, sparql, target, uses_then)
             if not isinstance(result, QuerySolutions):
                 raise QueryFailed("an extension part or prefix must be a SELECT")
-            return Solutions([v.value for v in result.variables], _rows(result))
+            return Solutions([v.value for v in result.variables], rows_of(result))
 
     @staticmethod
     def _run(store: Store, sparql: str, target: QueryTarget, uses_then: bool) -> Any:
@@ -464,26 +466,6 @@ class ExtendedEvaluator:
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
-
-def elements_key(stream: Stream, selected: SelectedWindow) -> str:
-    """A key naming exactly the selected elements of ``stream``: its identity, then the window revision's UUID (a
-    revision's elements never change) or, for a selection that is not a window revision, the ordinals as runs."""
-    identity = f"{stream.config.name}/{stream.config.uuid_prefix:x}"
-    if selected.revision_id is not None:
-        return f"{identity}@{selected.revision_id}"
-    runs: list[str] = []
-    first = previous = None
-    for ordinal in selected.ordinals:
-        if previous is not None and ordinal == previous + 1:
-            previous = ordinal
-            continue
-        if first is not None:
-            runs.append(f"{first}-{previous}")
-        first = previous = ordinal
-    if first is not None:
-        runs.append(f"{first}-{previous}")
-    return f"{identity}:{','.join(runs)}"
-
 
 @functools.lru_cache(maxsize=4096)
 def _windows_param(query_string: str) -> str | None:
@@ -503,36 +485,9 @@ def _elements_context(base_iri: str | None, key: str) -> str:
     return f"{base_iri} {key}"
 
 
-_TABLES: dict[tuple[tuple[str, ...], int], tuple[list[Row], str]] = {}
-_TABLES_KEPT = 256
-_TABLE_ROWS_KEPT = 256  # larger tables are written each time: kept, they would hold their rows and text in memory
-
-
-def _values_text(names: list[str], rows: list[Row]) -> str:
-    """``values_table``, written once per rows object: the rules over one window get the same cached rows of their
-    common part, and each would write the same VALUES text again. Small tables only, at most 256 of them. (An entry
-    holds its rows, so their id is not reused while it is kept.)"""
-    if len(rows) > _TABLE_ROWS_KEPT:
-        return values_table(names, rows)
-    key = (tuple(names), id(rows))
-    kept = _TABLES.get(key)
-    if kept is not None and kept[0] is rows:
-        return kept[1]
-    text = values_table(names, rows)
-    if len(_TABLES) >= _TABLES_KEPT:
-        _TABLES.clear()
-    _TABLES[key] = (rows, text)
-    return text
-
-
 def _then(micros: int | None) -> Callable[[], Literal | None]:
     value = None if micros is None else Literal(format_micros(micros), datatype=_XSD_DATETIME)
     return lambda: value
-
-
-def _rows(solutions: QuerySolutions) -> list[Row]:
-    names = [v.value for v in solutions.variables]
-    return [{name: solution[name] for name in names if solution[name] is not None} for solution in solutions]
 
 
 def _iri_value(value: Term, part: ExtensionPart) -> str:

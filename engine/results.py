@@ -140,3 +140,31 @@ def _literal(ntriples: str) -> Literal:
         [triple] = parse(f"<urn:s> <urn:p> {ntriples} .".encode(), RdfFormat.N_TRIPLES)
         _LITERALS[ntriples] = triple.object
     return _LITERALS[ntriples]
+
+
+_TABLES: dict[tuple[tuple[str, ...], int], tuple[list[Row], str]] = {}
+_TABLES_KEPT = 256
+_TABLE_ROWS_KEPT = 256  # larger tables are written each time: kept, they would hold their rows and text in memory
+
+
+def values_text(names: list[str], rows: list[Row]) -> str:
+    """``values_table``, written once per rows object: the rules over one window get the same cached rows of their
+    common part, and each would write the same VALUES text again. Small tables only, at most 256 of them. (An entry
+    holds its rows, so their id is not reused while it is kept.)"""
+    if len(rows) > _TABLE_ROWS_KEPT:
+        return values_table(names, rows)
+    key = (tuple(names), id(rows))
+    kept = _TABLES.get(key)
+    if kept is not None and kept[0] is rows:
+        return kept[1]
+    text = values_table(names, rows)
+    if len(_TABLES) >= _TABLES_KEPT:
+        _TABLES.clear()
+    _TABLES[key] = (rows, text)
+    return text
+
+
+def rows_of(solutions: QuerySolutions) -> list[Row]:
+    """The solutions as rows (unbound variables left out)."""
+    names = [v.value for v in solutions.variables]
+    return [{name: solution[name] for name in names if solution[name] is not None} for solution in solutions]

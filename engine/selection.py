@@ -121,3 +121,23 @@ def _commit_of(stream: Stream, ordinal: int) -> int:
     """Commit time of an element; for an empty selection of an empty stream, now."""
     record = stream.record(ordinal)
     return record.commit if record is not None else now_micros()
+
+
+def elements_key(stream: Stream, selected: SelectedWindow) -> str:
+    """A key naming exactly the selected elements of ``stream``: its identity, then the window revision's UUID (a
+    revision's elements never change) or, for a selection that is not a window revision, the ordinals as runs."""
+    identity = f"{stream.config.name}/{stream.config.uuid_prefix:x}"
+    if selected.revision_id is not None:
+        return f"{identity}@{selected.revision_id}"
+    runs: list[str] = []
+    first = previous = None
+    for ordinal in selected.ordinals:
+        if previous is not None and ordinal == previous + 1:
+            previous = ordinal
+            continue
+        if first is not None:
+            runs.append(f"{first}-{previous}")
+        first = previous = ordinal
+    if first is not None:
+        runs.append(f"{first}-{previous}")
+    return f"{identity}:{','.join(runs)}"

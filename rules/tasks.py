@@ -39,8 +39,9 @@ from pyoxigraph import NamedNode, RdfFormat, Store, parse, serialize
 
 from engine.cache import StaticResults
 from engine.errors import WindowNotComplete
-from engine.evaluation import ExtendedEvaluator, QueryTarget, elements_key
+from engine.evaluation import ExtendedEvaluator, QueryTarget
 from engine.results import ConstructedQuads, ConstructedTriples, Solutions
+from engine.selection import elements_key
 from engine.syntax import checked_query
 from rules.errors import ExecutorRuleFailed
 from sparql_ext import ExtendedQuery
@@ -60,7 +61,7 @@ class WindowData:
     content: bytes
     then_time: int | None  # µs: THEN() inside the part (the window revision's commit time)
     runs: tuple[tuple[str, int, int], ...] = ()  # (.dat file, offset, length)
-    #: the driver's name for exactly these elements (``engine.evaluation.elements_key``): the executor caches the
+    #: the driver's name for exactly these elements (``engine.selection.elements_key``): the executor caches the
     #: static parts over the window under it, as the driver does, so the rules reading one window share them
     key: str | None = None
 

@@ -297,8 +297,6 @@ class _Committed:
 
 
 _snapshot: SnapshotDataset | None = None  # per Python worker (reused across tasks): rebuilt when the revision moves
-#: per Python worker, as the driver's: static parts over the dataset (by revision) and over a window (by its elements)
-_results: StaticResults[Solutions] = StaticResults(1024)
 
 
 def _dataset(static: StaticData) -> SnapshotDataset:
@@ -317,14 +315,17 @@ def _warm(_: object) -> int:
 
 def evaluate_all(tasks: list[RuleTask], static: StaticData) -> list[TaskResult]:
     """Evaluate a chunk of firings (runs in an executor): each window is read and loaded once for all the rules of
-    the chunk that read it (rules only read the window's store)."""
+    the chunk that read it (rules only read the window's store), and their static parts are evaluated once, as in
+    the driver: over a window under the driver's key for its elements, over the dataset per revision."""
     stores: dict[WindowData, Store] = {}
-    return [evaluate(task, static, stores) for task in tasks]
+    results: StaticResults[Solutions] = StaticResults(1024)
+    return [evaluate(task, static, stores, results) for task in tasks]
 
 
-def evaluate(task: RuleTask, static: StaticData, stores: dict[WindowData, Store] | None = None) -> TaskResult:
-    """Evaluate one firing over its windows and the static data (runs in an executor); ``stores``: windows loaded
-    by earlier firings of the same chunk."""
+def evaluate(task: RuleTask, static: StaticData, stores: dict[WindowData, Store] | None = None,
+             results: StaticResults[Solutions] | None = None) -> TaskResult:
+    """Evaluate one firing over its windows and the static data (runs in an executor); ``stores`` and ``results``:
+    windows loaded and static parts evaluated by earlier firings of the same chunk."""
     stores = {} if stores is None else stores
     try:
         windows = {}
@@ -339,7 +340,7 @@ def evaluate(task: RuleTask, static: StaticData, stores: dict[WindowData, Store]
                 store.load(content, format=RdfFormat.TRIG, lenient=True)  # the log's content: pyoxigraph's output
             windows[iri] = QueryTarget(store, None, None, data.then_time, iri, elements_key=data.key)
         evaluator = ExtendedEvaluator(_dataset(static), None, [task.base], None,  # type: ignore[arg-type]
-                                      cache=_results, preloaded=windows, targets=task.targets)
+                                      cache=results, preloaded=windows, targets=task.targets)
         result = evaluator.query(task.text, QueryTarget(base_iri=task.base))
         if isinstance(result, ConstructedQuads):
             return TaskResult(task.position, "quads", _nquads(result))

@@ -15,12 +15,12 @@ from flask import Flask
 from flask.testing import FlaskClient
 from pyoxigraph import BlankNode, Literal, NamedNode, Quad
 
+from engine.cache import StaticResults
 from engine.evaluation import ExtendedEvaluator, QueryTarget
-from engine.results import ConstructedQuads, ConstructedTriples
+from engine.results import ConstructedQuads, ConstructedTriples, Solutions
 from engine.selection import SelectedWindow
 from protocol import ServerConfig, create_app
 from protocol.services import services_of
-from rules import tasks as tasks_module
 from rules.tasks import (
     UNREADABLE,
     ExecutorRuleFailed,
@@ -193,10 +193,11 @@ def test_rules_over_one_window_load_it_once_in_an_executor(app: Flask, monkeypat
     assert static is not None
     rules = [HIGH, HIGH.replace("<urn:above>", "<urn:over>"), HIGH.replace("FILTER(?hr > ?limit)", "")]
     tasks = [firing_task(n, rule, HOST, evaluator, True) for n, rule in enumerate(rules)]
-    misses, hits = tasks_module._results.misses, tasks_module._results.hits
     alone = [evaluate(task, static) for task in tasks]
+    shared: StaticResults[Solutions] = StaticResults()
+    [evaluate(task, static, None, shared) for task in tasks]
     # their common SERVICE SELECT is evaluated once (under the window's elements, as the driver caches it)
-    assert (tasks_module._results.misses - misses, tasks_module._results.hits - hits) == (1, 2)
+    assert (shared.misses, shared.hits) == (1, 2)
     reads: list[WindowData] = []
     real_read = WindowData.read
 

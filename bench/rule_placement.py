@@ -71,7 +71,17 @@ WHERE {{
           FILTER(?a > ?b + 20) }} }}
   }} GROUP BY ?patient }}
 }}"""
-RULES = {"aggregate": RULE, "pairs": PAIRS}
+#: ``pairs`` through ``SERVICE ?var``: each patient's stream IRI is in the static data (here every patient's is the
+#: windowed stream), as in the connected-patient rule; the driver resolves it per firing, the executor reads the window.
+FEED = f"""PREFIX ex: <http://ex/>
+CONSTRUCT {{ ?patient ex:swings ?n ; ex:threshold ?limit }}
+WHERE {{
+  ?patient ex:threshold ?limit ; ex:stream ?feed .
+  SERVICE ?feed {{ SELECT ?patient (COUNT(*) AS ?n) WHERE {{
+      GRAPH ?g {{ ?o ex:patient ?patient ; ex:hr ?a }} GRAPH ?h {{ ?p ex:patient ?patient ; ex:hr ?b }}
+      FILTER(?a > ?b + 20) }} GROUP BY ?patient }}
+}}"""
+RULES = {"aggregate": RULE, "pairs": PAIRS, "feed": FEED}
 PATIENTS = 10
 START = datetime(2016, 6, 20, 10, tzinfo=UTC)
 
@@ -81,7 +91,8 @@ def build_app(directory: Path, windows: int, size: int) -> Flask:
     the window number, so about half the windows alert)."""
     app = create_app(ServerConfig(directory, in_memory=True))
     client = app.test_client()
-    static = " ".join(f"<http://ex/p{i}> <http://ex/threshold> {100 + i} ." for i in range(PATIENTS))
+    static = " ".join(f"<http://ex/p{i}> <http://ex/threshold> {100 + i} ; <http://ex/stream> <{WINDOWED}> ."
+                      for i in range(PATIENTS))
     assert client.post("/sparql", data=f"INSERT DATA {{ {static} }}",
                        headers={"Content-Type": "application/sparql-update"}).status_code == 204
     assert client.put("/streams/hr").status_code == 201

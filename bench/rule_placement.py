@@ -73,14 +73,14 @@ WHERE {{
 }}"""
 #: ``pairs`` through ``SERVICE ?var``: each patient's stream IRI is in the static data (here every patient's is the
 #: windowed stream), as in the connected-patient rule; the driver resolves it per firing, the executor reads the window.
-FEED = f"""PREFIX ex: <http://ex/>
-CONSTRUCT {{ ?patient ex:swings ?n ; ex:threshold ?limit }}
-WHERE {{
+FEED = """PREFIX ex: <http://ex/>
+CONSTRUCT { ?patient ex:swings ?n ; ex:threshold ?limit }
+WHERE {
   ?patient ex:threshold ?limit ; ex:stream ?feed .
-  SERVICE ?feed {{ SELECT ?patient (COUNT(*) AS ?n) WHERE {{
-      GRAPH ?g {{ ?o ex:patient ?patient ; ex:hr ?a }} GRAPH ?h {{ ?p ex:patient ?patient ; ex:hr ?b }}
-      FILTER(?a > ?b + 20) }} GROUP BY ?patient }}
-}}"""
+  SERVICE ?feed { SELECT ?patient (COUNT(*) AS ?n) WHERE {
+      GRAPH ?g { ?o ex:patient ?patient ; ex:hr ?a } GRAPH ?h { ?p ex:patient ?patient ; ex:hr ?b }
+      FILTER(?a > ?b + 20) } GROUP BY ?patient }
+}"""
 RULES = {"aggregate": RULE, "pairs": PAIRS, "feed": FEED}
 PATIENTS = 10
 START = datetime(2016, 6, 20, 10, tzinfo=UTC)

@@ -7,7 +7,8 @@ through the cluster. The cluster's responses are judged by the same oracle (wind
 revisions it materialized must equal local mode's, window for window. A rule over q1's 10 s windows joins each
 window with static data: on the cluster it is evaluated in the executors (``--rules-on auto``), which read each window
 from the element log's files (the driver moves no window content), locally in the driver, and both give the counts
-worked out from the data files (one element per second, 34 in all).
+worked out from the data files (one element per second, 34 in all); a second rule does the same through
+``SERVICE ?var`` (the windowed IRI found in the static data), with the same outputs in both places.
 """
 
 from __future__ import annotations
@@ -59,35 +60,53 @@ WHERE {{
 }}"""
 
 
+#: The same count through SERVICE ?var: the windowed IRI is in the static data (the connected-patient rule's shape);
+#: the driver resolves it at each firing, the executor reads the window.
+FEED_RULE = f"""PREFIX ex: <{EX}>
+CONSTRUCT {{ ?w ex:elements ?n ; ex:label ?label }}
+WHERE {{
+  ?w ex:label ?label ; ex:feed ?feed .
+  SERVICE ?feed {{ SELECT (COUNT(DISTINCT ?g) AS ?n) WHERE {{ GRAPH ?g {{ ?s ?p ?o }} }} }}
+}}"""
+
+
 def register_rule(base: str, stream: str = STREAM, rule: str = "count", output: str = "counts") -> None:
-    """Static data (a label, broadcast to the executors) and a rule counting the elements of q1's windows."""
-    r = requests.post(base + "/sparql", data=f'INSERT DATA {{ <{EX}q1> <{EX}label> "q1 windows" }}',
+    """Static data (a label and the windowed IRI, broadcast to the executors) and two rules counting the elements of
+    q1's windows: ``rule`` through a SERVICE to the IRI, ``rule``-feed through SERVICE ?var."""
+    windowed = f"{base}/streams/{stream}?WINDOWS={Q1}"
+    r = requests.post(base + "/sparql", data=f'INSERT DATA {{ <{EX}q1> <{EX}label> "q1 windows" ; '
+                                             f"<{EX}feed> <{windowed}> }}",
                       headers={"Content-Type": "application/sparql-update"}, timeout=30)
     assert r.status_code == 204, r.text
-    r = requests.put(f"{base}/rules/{rule}", params={"output": output},
-                     data=RULE.replace("{base}", base).replace("{stream}", stream),
-                     headers={"Content-Type": "application/sparql-query"}, timeout=30)
-    assert r.status_code == 201, r.text
+    for name, out, text in ((rule, output, RULE.replace("{base}", base).replace("{stream}", stream)),
+                            (f"{rule}-feed", f"{output}-feed", FEED_RULE)):
+        r = requests.put(f"{base}/rules/{name}", params={"output": out}, data=text,
+                         headers={"Content-Type": "application/sparql-query"}, timeout=30)
+        assert r.status_code == 201, r.text
 
 
 def rule_outputs(base: str, stream: str = STREAM, rule: str = "count", output: str = "counts", timeout: float = 120
-                 ) -> tuple[list[tuple[str, int, str]], dict[str, Any], dict[str, Any]]:
-    """The rule's outputs (element time, count, label) in time order, once it fired on every window of q1, its
-    status, and the server's ``/status`` → ``executors``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        listing = requests.get(f"{base}/streams/{stream}/windows", params={"ref": Q1}, timeout=30).json()
-        status = requests.get(f"{base}/rules/{rule}", headers={"Accept": "application/json"}, timeout=30).json()
-        if status["firings"] >= len(listing["sequences"][0]["windows"]) or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    query = (f"PREFIX ex: <{EX}> SELECT ?t ?n ?label WHERE {{ ?g <http://www.w3.org/ns/prov#generatedAtTime> ?t "
-             "GRAPH ?g { ?w ex:elements ?n ; ex:label ?label } } ORDER BY ?t")
-    r = requests.post(f"{base}/streams/{output}", data=query, timeout=30, headers={
-        "Content-Type": "application/sparql-query", "Accept": "application/sparql-results+json"})
-    assert r.status_code == 200, r.text
-    rows = [(b["t"]["value"], int(b["n"]["value"]), b["label"]["value"]) for b in r.json()["results"]["bindings"]]
-    return rows, status, requests.get(f"{base}/status", timeout=30).json()["executors"]
+                 ) -> dict[str, Any]:
+    """Per rule (``rule`` and ``rule``-feed), its outputs (element time, count, label) in time order once it fired on
+    every window of q1, and its status; and the server's ``/status`` → ``executors``."""
+    found: dict[str, Any] = {}
+    for name, out in ((rule, output), (f"{rule}-feed", f"{output}-feed")):
+        deadline = time.monotonic() + timeout
+        while True:
+            listing = requests.get(f"{base}/streams/{stream}/windows", params={"ref": Q1}, timeout=30).json()
+            status = requests.get(f"{base}/rules/{name}", headers={"Accept": "application/json"}, timeout=30).json()
+            if status["firings"] >= len(listing["sequences"][0]["windows"]) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        query = (f"PREFIX ex: <{EX}> SELECT ?t ?n ?label WHERE {{ ?g <http://www.w3.org/ns/prov#generatedAtTime> ?t "
+                 "GRAPH ?g { ?w ex:elements ?n ; ex:label ?label } } ORDER BY ?t")
+        r = requests.post(f"{base}/streams/{out}", data=query, timeout=30, headers={
+            "Content-Type": "application/sparql-query", "Accept": "application/sparql-results+json"})
+        assert r.status_code == 200, r.text
+        rows = [(b["t"]["value"], int(b["n"]["value"]), b["label"]["value"]) for b in r.json()["results"]["bindings"]]
+        found[name.removeprefix(rule) or "constant"] = (rows, status)
+    found["executors"] = requests.get(f"{base}/status", timeout=30).json()["executors"]
+    return found
 
 
 def _revisions(run: ServerRun) -> dict[str, list[tuple[Any, ...]]]:
@@ -128,8 +147,9 @@ def test_the_work_ran_on_both_workers(runs: tuple[ServerRun, ServerRun, Standalo
 def test_rule_runs_in_the_executors_with_the_same_outputs(runs: tuple[ServerRun, ServerRun, StandaloneCluster]
                                                          ) -> None:
     local, clustered, _ = runs
-    local_rows, local_status, _ = local.extra
-    rows, status, executors = clustered.extra
+    local_rows, local_status = local.extra["constant"]
+    rows, status = clustered.extra["constant"]
+    executors = clustered.extra["executors"]
     # one element per second from 0 s to 33 s: windows [0,10) [10,20) [20,30) hold 10, [30,40) holds 4; the windows
     # after that (up to the end-of-stream punctuation) are empty
     counts = [n for _, n, _ in rows]
@@ -142,3 +162,9 @@ def test_rule_runs_in_the_executors_with_the_same_outputs(runs: tuple[ServerRun,
     # the executors read each window from the element log's files (the master is on this machine): the driver
     # moved none of the windows' content
     assert executors["reads_log"] and executors["windows"] >= len(rows) and executors["content_bytes"] == 0
+    # through SERVICE ?var: the same outputs, locally and in the cluster's executors
+    feed_rows, feed_status = clustered.extra["-feed"]
+    local_feed_rows, local_feed_status = local.extra["-feed"]
+    assert feed_rows == local_feed_rows == rows
+    assert feed_status["placement"] == "executors" and feed_status["executor_firings"] == feed_status["firings"]
+    assert local_feed_status["placement"].startswith("driver") and local_feed_status["executor_firings"] == 0

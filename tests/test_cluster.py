@@ -140,8 +140,16 @@ def test_the_work_ran_on_both_workers(runs: tuple[ServerRun, ServerRun, Standalo
     executors = cluster.executor_dirs()
     workers = {path.parent.parent.name for path in executors}
     assert workers == {"worker-1", "worker-2"}, executors
+    ran: set[str] = set()
     for path in executors:
-        assert "Finished task" in (path / "stderr").read_text("utf-8", errors="replace"), path
+        log = (path / "stderr").read_text("utf-8", errors="replace")
+        if "Finished task" in log:
+            ran.add(path.parent.parent.name)
+            continue
+        # else only an executor that never started: the master may launch one as the application ends (seen once
+        # under the full suite's load), its log then the launch command and nothing after it
+        assert log.split("=" * 40, 1)[-1].strip() == "", (path, log[-2000:])
+    assert ran == {"worker-1", "worker-2"}, executors
 
 
 def test_rule_runs_in_the_executors_with_the_same_outputs(runs: tuple[ServerRun, ServerRun, StandaloneCluster]

@@ -104,6 +104,7 @@ from conformance.server import RunningServer, running_server
 from engine.evaluation import ExtendedEvaluator, QueryTarget
 from engine.selection import revision_window
 from rules.registry import Rule, RuleRegistry
+from rules.tasks import PLACEMENTS
 from sparql_ext import parse_extended
 from store import RevisionedDataset
 from store.elements import PROV_GENERATED_AT_TIME
@@ -658,14 +659,15 @@ def many_baseline(streams: int, rules_per_stream: int, windows: int, directory: 
     return Measurement("pyoxigraph: plain rule query per (rule, window)", seconds, len(queries), "firings"), outputs
 
 
-def many_rules(streams: int, rules_per_stream: int, windows: int, upload_threads: int = 4) -> dict[str, Any]:
-    """Part c: see the module docstring."""
+def many_rules(streams: int, rules_per_stream: int, windows: int, upload_threads: int = 4,
+               rules_on: str = "auto") -> dict[str, Any]:
+    """Part c: see the module docstring (``rules_on``: the server's ``--rules-on``)."""
     names = [f"s{s:03d}" for s in range(streams)]
     total_rules = streams * rules_per_stream
     expected = total_rules * windows
     with tempfile.TemporaryDirectory(prefix="bench-rules-many-") as tmp:
         baseline, baseline_outputs = many_baseline(streams, rules_per_stream, windows, Path(tmp))
-    with running_server(["--threads", str(upload_threads + 16)]) as server:
+    with running_server(["--threads", str(upload_threads + 16), "--rules-on", rules_on]) as server:
         client = Client(server)
         wait_for_pipeline(server)
         began = time.monotonic()
@@ -747,7 +749,7 @@ def many_rules(streams: int, rules_per_stream: int, windows: int, upload_threads
     high_n = next(n for t, n in samples if t == high)
     steady = (high_n - low_n) / (high - low) if high > low else None
     server_run = Measurement(f"server: {total_rules:,} rules, firings completed", elapsed, firings, "firings")
-    return {"streams": streams, "rules_per_stream": rules_per_stream, "rules": total_rules,
+    return {"streams": streams, "rules_per_stream": rules_per_stream, "rules": total_rules, "rules_on": rules_on,
             "windows_per_stream": windows, "elements_per_window": MANY_PER_WINDOW, "window_ref": MANY_REF,
             "streams_created_seconds": round(streams_created, 2),
             "registration_seconds": round(registration, 2),
@@ -875,6 +877,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rules-per-stream", type=int, default=10)
     parser.add_argument("--many-windows", type=int, default=2, help="windows per stream in part c")
     parser.add_argument("--parts", default="abc", help="which parts to run (default: abc)")
+    parser.add_argument("--rules-on", choices=PLACEMENTS, default="auto",
+                        help="part c: the server's --rules-on (auto: the driver in local mode)")
     parser.add_argument("--plot-only", action="store_true",
                         help="measure nothing: draw the plots of bench/results/rules.json again")
     args = parser.parse_args(argv)
@@ -890,7 +894,8 @@ def main(argv: list[str] | None = None) -> int:
         payload["latency"] = connected_patient_latency(args.windows, args.warmup, args.upload_chunk)
         _print_latency(payload["latency"])
     if "c" in args.parts:
-        payload["many_rules"] = many_rules(args.streams, args.rules_per_stream, args.many_windows)
+        payload["many_rules"] = many_rules(args.streams, args.rules_per_stream, args.many_windows,
+                                           rules_on=args.rules_on)
         _print_many(payload["many_rules"])
     payload.update(_kept_parts(args.parts))
     path = write_json(BENCH_NAME, payload)

@@ -247,8 +247,8 @@ class ElementFramer:
                 time = to_micros(parse_datetime_stamp(text, ""))
             except InstantSyntaxError:
                 time = parse_timestamp(text, f"element {self.next_label} (graph {name}) near byte {offset}")
-        element = ParsedElement(term, [], time, None, offset, None, block or None, stamp)
-        if block or time is None:  # not a punctuation (ParsedElement.is_punctuation)
+        element = ParsedElement(term, time=time, offset=offset, block=block or None, stamp_line=stamp)
+        if not element.is_punctuation:
             self.next_label += 1
         return element
 

@@ -9,8 +9,10 @@ import io
 from pathlib import Path
 
 from pyoxigraph import RdfFormat
+from pytest import MonkeyPatch
 
 from engine.evaluation import ExtendedEvaluator
+from rules import firing
 from rules.firing import RuleRunner
 from rules.registry import RuleRegistry
 from sparql_ext.windowing import resolve
@@ -131,3 +133,32 @@ def test_a_firing_whose_output_commit_fails_is_not_marked_and_fires_again_after_
     assert len(catalog.get("counts")) == 1 and len(catalog.get("others")) == 1
     assert registry.get("count").fired == {f"hr/{sequence}": 0}
     stop(catalog, registry)
+
+
+def test_a_large_batch_lets_out_the_outputs_of_its_first_firings_before_its_last(tmp_path: Path,
+                                                                                 monkeypatch: MonkeyPatch) -> None:
+    """A batch's firings are settled in chunks of at most SETTLE_SECONDS of firing: with chunks of one firing, the
+    second rule (``b-…``, fired after ``a-…``) already reads the first one's output element, committed and durable,
+    and the first rule is marked fired; in one chunk it reads nothing yet."""
+    seen_rule = (f"CONSTRUCT {{ GRAPH ?e {{ ?e <http://ex/seen> ?n }} }} WHERE {{ SERVICE <{BASE}/streams/hr?WINDOWS="
+                 f"R/2016-06-20T10:00:00Z/PT05M> {{ SELECT * WHERE {{}} }} SERVICE <{BASE}/streams/counts> "
+                 "{ SELECT (COUNT(*) AS ?n) WHERE { GRAPH ?g { ?s <http://ex/n> ?o } } } "
+                 "BIND(IRI(CONCAT('urn:uuid:', STRUUID())) AS ?e) }")
+    seen = {}
+    for settle_seconds in (60.0, 0.0):
+        directory = tmp_path / str(settle_seconds)
+        monkeypatch.setattr(firing, "SETTLE_SECONDS", settle_seconds)
+        catalog, registry, runner = parts(directory)
+        catalog.put(StreamConfig("hr"))
+        first, _ = registry.put("a-count", RULE, "counts", BASE)
+        registry.put("b-seen", seen_rule.replace("http://localhost", BASE), "seen", BASE)
+        hr = catalog.get("hr")
+        sequence = first.inputs[0].sequence
+        materialize(hr, sequence, 0, feed(hr, [0, 1, 2]))
+        runner.on_windows([(hr, [hr.windows.latest(sequence)])])  # type: ignore[list-item]
+        out = catalog.get("seen")
+        seen[settle_seconds] = [int(q.object.value) for q in out.dataset_quads(range(1, out.head() + 1))
+                                if q.predicate.value == "http://ex/seen"]
+        assert registry.get("a-count").status.firings == registry.get("b-seen").status.firings == 1
+        stop(catalog, registry)
+    assert seen == {60.0: [0], 0.0: [1]}

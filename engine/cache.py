@@ -14,20 +14,40 @@ functions whose value changes between evaluations (``NOW()``, ``RAND()``, ``UUID
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from sparql_ext import THEN_FUNCTION
+from sparql_ext.errors import QuerySyntaxError
+from sparql_ext.lexer import Kind, tokenize
+
 T = TypeVar("T")
 _VOLATILE = re.compile(r"\b(?:NOW|RAND|UUID|STRUUID|BNODE)\s*\(|urn:x-concentrator:fn:then", re.IGNORECASE)
+_VOLATILE_CALLS = frozenset({"NOW", "RAND", "UUID", "STRUUID", "BNODE"})
 
 
 @functools.lru_cache(maxsize=4096)
 def is_static(sparql: str) -> bool:
-    """Whether a query's answer depends only on the dataset it reads (no volatile function calls)."""
-    return _VOLATILE.search(sparql) is None
+    """Whether a query's answer depends only on the dataset it reads (no volatile function calls).
+
+    Calls are found among the query's tokens, so a comment or a string that mentions one (the connected-patient
+    rule's "not NOW()") does not make its prefix uncacheable. ``THEN()`` counts wherever its IRI appears.
+
+    >>> is_static("SELECT ?x WHERE { ?x ?p ?o }  # not NOW()"), is_static("SELECT (NOW() AS ?t) {}")
+    (True, False)
+    """
+    if THEN_FUNCTION in sparql:
+        return False
+    try:
+        tokens = list(tokenize(sparql))
+    except QuerySyntaxError:  # not text the tokenizer reads: the characters decide (a mention counts)
+        return _VOLATILE.search(sparql) is None
+    return not any(token.kind is Kind.WORD and token.text.upper() in _VOLATILE_CALLS and following.text == "("
+                   for token, following in itertools.pairwise(tokens))
 
 
 class StaticResults(Generic[T]):

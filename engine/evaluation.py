@@ -151,6 +151,7 @@ class ExtendedEvaluator:
         self.sequences = sequences or {}
         self.catalog = catalog
         self.local_bases = [base.rstrip("/") for base in local_bases]
+        self._addresses: frozenset[str] | None = None  # _pinned_addresses, once per evaluator (its pins are fixed)
         self.http = http  # None: SERVICE to other endpoints fails (SILENT: no solutions)
         self.window_timeout = window_timeout
         self.http_timeout = http_timeout
@@ -209,19 +210,19 @@ class ExtendedEvaluator:
     def _spliced(self, extended: ExtendedQuery, target: QueryTarget) -> str:
         """``extended.sparql`` with each placeholder replaced by its part's solutions as a VALUES table."""
         sparql = extended.sparql
-        tables = [(part.placeholder, self._table(part, target)) for part in extended.parts]
+        tables = [(part.placeholder, self._table(part, target, extended.parts)) for part in extended.parts]
         for (start, end), table in sorted(tables, key=lambda item: item[0][0], reverse=True):
             sparql = sparql[:start] + table + sparql[end:]
         return sparql
 
-    def _table(self, part: ExtensionPart, target: QueryTarget) -> str:
+    def _table(self, part: ExtensionPart, target: QueryTarget, siblings: tuple[ExtensionPart, ...] = ()) -> str:
         header = part.values_variables
         names = [v[1:] for v in header]
         if not part.target_is_variable:
             return values_text(names, self._part_rows(part, part.target, target))
         rows: list[Row] = []
         variable = part.target[1:]
-        for value in self.target_values(part, target):
+        for value in self.target_values(part, target, siblings):
             try:
                 part_rows = self._part_rows(part, value, target)
             except (WindowNotComplete, WindowNotResolvable):
@@ -234,22 +235,73 @@ class ExtendedEvaluator:
                 rows.append({**row, variable: value})
         return values_table(names, rows)
 
-    def target_values(self, part: ExtensionPart, target: QueryTarget) -> list[Term]:
+    def target_values(self, part: ExtensionPart, target: QueryTarget,
+                      siblings: tuple[ExtensionPart, ...] = ()) -> list[Term]:
         """The values a part with a variable target reads, in order: the distinct bindings of the variable by the
-        patterns before the part (its prefix) over ``target``. In an executor, the IRIs the driver resolved."""
+        patterns before the part (its prefix) over ``target``. In an executor, the IRIs the driver resolved.
+
+        In a rule firing, a ``SERVICE ?var`` whose values include the window that fired reads only that window, so
+        a rule over many patients' streams reports the firing patient, not all of them; and another ``SERVICE
+        ?var`` of its group (``siblings``: the parts of the query) reads only the values that go with it (the
+        activity stream of the patient whose heart-rate window fired, not every patient's)."""
         given = self.targets.get(part.ident)
         if given is not None:
             return [NamedNode(iri) for iri in given]
+        values = self._prefix_values(part, target)
+        if not self.pins or part.kind != "service":
+            return values
+        firing = self._firing(values)
+        if firing:
+            return firing
+        return self._joined_with_firing(part, values, target, siblings)
+
+    def _prefix_values(self, part: ExtensionPart, target: QueryTarget) -> list[Term]:
         variable = part.target[1:]
         prefix = parse_extended(part.prefix, target.base_iri)
         bound = self._select(self._spliced(prefix, target), target, prefix.uses_then,
                              cacheable=not prefix.parts)
-        values = list(dict.fromkeys(row[variable] for row in bound.rows if variable in row))
-        if self.pins and part.kind == "service":
-            # a rule firing: a SERVICE ?var whose values include the window that fired reads only that
-            # window, so a rule over many patients' streams reports the firing patient, not all of them
-            firing = [v for v in values if isinstance(v, NamedNode) and self.windowed_input(v.value) in self.pins]
-            values = firing or values
+        return list(dict.fromkeys(row[variable] for row in bound.rows if variable in row))
+
+    def _firing(self, values: list[Term]) -> list[Term]:
+        """The values naming a window this evaluation has pinned (the window a rule fires on)."""
+        addresses = self._pinned_addresses()  # a firing sees every patient's IRI: only the pinned ones are parsed
+        return [v for v in values if isinstance(v, NamedNode) and v.value.partition("?")[0] in addresses
+                and self.windowed_input(v.value) in self.pins]
+
+    def _pinned_addresses(self) -> frozenset[str]:
+        """The IRIs (before ``?``) of the pinned windows' streams: ``BASE/streams/NAME`` and the streams' aliases."""
+        if self._addresses is None:
+            names = {stream for stream, _ in self.pins}
+            streams = [self.catalog.find(name) for name in names] if self.catalog is not None else []
+            self._addresses = frozenset(
+                [f"{base}/streams/{name}" for base in self.local_bases for name in names]
+                + [alias for stream in streams if stream is not None for alias in stream.config.aliases])
+        return self._addresses
+
+    def _joined_with_firing(self, part: ExtensionPart, values: list[Term], target: QueryTarget,
+                            siblings: tuple[ExtensionPart, ...]) -> list[Term]:
+        """``values`` narrowed to those the patterns of the group bind together with the firing window's IRI, when
+        a sibling ``SERVICE ?var`` of the same group reads that window: the later part's prefix patterns, which
+        bind both targets, selected for both (sparql_ext.prefixes.Prefix; one query per dataset revision, cached).
+        Unchanged when there is no such sibling or the patterns cannot say (``Prefix.joinable``)."""
+        mine = part.prefix_patterns
+        for sibling in siblings:
+            theirs = sibling.prefix_patterns
+            if (sibling.ident == part.ident or sibling.kind != "service" or theirs is None or mine is None
+                    or theirs.group != mine.group or sibling.target == part.target):
+                continue
+            firing = self._firing(self._prefix_values(sibling, target))
+            if not firing:
+                continue
+            later = theirs if sibling.ident > part.ident else mine
+            if not later.joinable or not {part.target, sibling.target} <= later.bound:
+                return values
+            query = parse_extended(later.select((part.target, sibling.target)), target.base_iri)
+            pairs = self._select(self._spliced(query, target), target, query.uses_then,
+                                 cacheable=not query.parts).rows
+            mine_name, theirs_name = part.target[1:], sibling.target[1:]
+            joined = {row.get(mine_name) for row in pairs if row.get(theirs_name) in firing}
+            return [v for v in values if v in joined]
         return values
 
     def _part_rows(self, part: ExtensionPart, value: Term | str, target: QueryTarget) -> list[Row]:

@@ -121,7 +121,8 @@ class TaskResult:
 
 def ineligible_reason(text: str, base: str, evaluator: ExtendedEvaluator) -> str | None:
     """Why a rule must be evaluated in the driver, or None when its windows and static data can travel."""
-    for part in checked_query(text, base).parts:
+    parts = checked_query(text, base).parts
+    for part in parts:
         if part.kind != "service":
             return f"{part.kind.upper()} clause (reads a stream's or the dataset's history)"
         if isinstance(part.inner, ExtendedQuery):
@@ -158,13 +159,14 @@ def firing_task(position: int, text: str, base: str, evaluator: ExtendedEvaluato
     ``StaysInDriver``."""
     windows: dict[str, WindowData] = {}
     targets: dict[int, tuple[str, ...]] = {}
-    for part in checked_query(text, base).parts:
+    parts = checked_query(text, base).parts
+    for part in parts:
         if not part.target_is_variable:
             if part.target not in windows:
                 windows[part.target] = _window(part.target, evaluator, reads_log)
             continue
         read: list[str] = []
-        for value in evaluator.target_values(part, QueryTarget(base_iri=base)):
+        for value in evaluator.target_values(part, QueryTarget(base_iri=base), parts):
             if not isinstance(value, NamedNode):
                 raise StaysInDriver(f"SERVICE {part.target} is bound to {value}, which is not an IRI")
             try:

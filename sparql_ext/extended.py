@@ -32,7 +32,7 @@ from sparql_ext.parsing import (
     string_value,
     variable_name,
 )
-from sparql_ext.prefixes import prefix_query
+from sparql_ext.prefixes import Prefix, prefix_query
 from sparql_ext.revision import RevisionDesignator, parse_revision
 from sparql_ext.templates import QuadTemplate, TemplateParser
 from sparql_ext.windowref import WindowRef, parse_window_ref
@@ -60,6 +60,7 @@ class ExtensionPart:
     placeholder: tuple[int, int]  # span of `VALUES () { () }` in ExtendedQuery.sparql
     source_span: tuple[int, int]  # span of the whole part in the user's text
     inner_span: tuple[int, int] = (0, 0)  # span of the part's group pattern `{ … }` in the user's text
+    prefix_patterns: Prefix | None = None  # what ``prefix`` is made of (a variable target's): sparql_ext.prefixes
 
     @property
     def values_variables(self) -> tuple[str, ...]:
@@ -150,7 +151,7 @@ class _RawPart:
     silent: bool
     inner: ExtendedQuery | str
     inner_variables: tuple[str, ...]
-    prefix: str
+    prefix: Prefix | None
     source_span: tuple[int, int]
     inner_span: tuple[int, int]
 
@@ -285,7 +286,8 @@ def _assemble(
     chunks.append(text[position:])
     parts = tuple(
         ExtensionPart(ident, raw.kind, raw.target, raw.target_is_variable, raw.silent, raw.inner,
-                      raw.inner_variables, raw.prefix, placeholders[ident], raw.source_span, raw.inner_span)
+                      raw.inner_variables, raw.prefix.text if raw.prefix else "", placeholders[ident], raw.source_span,
+                      raw.inner_span, raw.prefix)
         for ident, raw in enumerate(raw_parts)
     )
     return ExtendedQuery(text, "".join(chunks), parts, uses_then, template, tuple(edits), reads_data)
@@ -382,7 +384,7 @@ def _part(ctx: ParseContext, i: int, enclosing: tuple[int, str | None]) -> tuple
         offset = failure.offset - len(header) + inner_span[0] if failure.offset >= len(header) else keyword.start
         raise ParseFailure(failure.message, offset) from None
     inner: ExtendedQuery | str = parsed if parsed.parts or parsed.uses_then else inner_text
-    prefix = prefix_query(ctx, enclosing, i, target_token, target) if is_variable else ""
+    prefix = prefix_query(ctx, enclosing, i, target_token, target) if is_variable else None
     part = _RawPart(kind, target, is_variable, silent, inner, mentioned(ctx, open_index, close + 1), prefix,
                     (keyword.start, tokens[close].end), inner_span)
     return part, close

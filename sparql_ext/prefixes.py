@@ -3,11 +3,41 @@ elements of its group that come before it, which bind the variable; evaluated fi
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from sparql_ext.lexer import Kind, Token
 from sparql_ext.parsing import ParseContext, ParseFailure, mentioned, variable_name
 
+# elements whose solutions over the prefix's relaxed patterns need not extend to the whole group's (see ``Prefix``)
+_NOT_CONJUNCTIVE = ("OPTIONAL", "MINUS", "UNION")
 
-def prefix_query(ctx: ParseContext, enclosing: tuple[int, str | None], part_index: int, var: Token, name: str) -> str:
+
+@dataclass(frozen=True)
+class Prefix:
+    """A variable part's prefix query (``text``) and what it is made of, to select other variables over the same
+    patterns (``select``).
+
+    Its patterns are a relaxation of the group's elements before the part: a solution of the whole group,
+    restricted to ``bound``, is one of theirs. So when a sibling part's target is fixed (a rule firing reads one
+    window), the values of another target it may join with are among ``select`` of both targets, where the fixed
+    one has its value. ``joinable`` says the relaxation holds: no earlier part is kept in it (the patterns read
+    the dataset alone) and no OPTIONAL, MINUS or UNION (whose bindings over relaxed patterns may differ)."""
+
+    text: str
+    head: str  # the prologue
+    dataset: str  # FROM / FROM NAMED clauses
+    body: str  # the group pattern's contents
+    bound: frozenset[str]  # the variables its patterns bind
+    joinable: bool
+    group: int  # token index of the enclosing group's '{': siblings share it
+
+    def select(self, names: tuple[str, ...]) -> str:
+        """``SELECT DISTINCT`` of ``names`` over the prefix's patterns."""
+        return f"{self.head}SELECT DISTINCT {' '.join(names)}{self.dataset} WHERE {{{self.body}\n}}"
+
+
+def prefix_query(ctx: ParseContext, enclosing: tuple[int, str | None], part_index: int, var: Token,
+                 name: str) -> Prefix:
     """``SELECT DISTINCT ?var`` over the elements of the part's group that come before it.
 
     The prefix may bind a *superset* of the targets (the complete query still joins and filters), so:
@@ -60,7 +90,11 @@ def prefix_query(ctx: ParseContext, enclosing: tuple[int, str | None], part_inde
     if graph is not None:
         body = f" GRAPH {graph} {{{body}\n}}"
     dataset = "".join(f" {clause}" for clause in ctx.dataset)
-    return f"{ctx.prologue}SELECT DISTINCT {name}{dataset} WHERE {{{body}\n}}"
+    kept = {k for lo, hi in elements for k in range(lo, hi)}
+    joinable = (bool(left_out) or not parts) and not any(
+        tokens[k].is_keyword(*_NOT_CONJUNCTIVE) for k in kept)
+    prefix = Prefix("", ctx.prologue, dataset, body, frozenset(bound), joinable, open_index)
+    return replace(prefix, text=prefix.select((name,)))
 
 
 def _binds(ctx: ParseContext, ranges: list[tuple[int, int]]) -> list[tuple[int, int, str]]:

@@ -39,6 +39,7 @@ class StreamCatalog:
             if (child / "config.json").exists():
                 migrate_stream(child, directory.parent / "spark")  # an earlier version's layout, once
                 self._streams[child.name] = Stream.open(child, in_memory=in_memory)
+        self._aliases = self._alias_index()  # alias -> stream name (a rule firing looks up every sensor's stream)
         # called after a stream is created or reconfigured (new aliases): rules re-discover their inputs
         self.on_change: list[Callable[[Stream], None]] = []
         self.on_delete: list[Callable[[str], None]] = []  # called with the name, before the stream is removed
@@ -57,10 +58,11 @@ class StreamCatalog:
 
     def by_alias(self, iri: str) -> Stream | None:
         """The stream an IRI such as ``urn:uuid:…`` was mapped to."""
-        for stream in self._streams.values():
-            if iri in stream.config.aliases:
-                return stream
-        return None
+        name = self._aliases.get(iri)
+        return None if name is None else self._streams.get(name)
+
+    def _alias_index(self) -> dict[str, str]:
+        return {alias: stream.config.name for stream in self._streams.values() for alias in stream.config.aliases}
 
     def put(self, config: StreamConfig) -> tuple[Stream, bool]:
         """Create or reconfigure; returns the stream and whether it was created."""
@@ -77,6 +79,7 @@ class StreamCatalog:
             else:
                 stream = Stream.create(self.directory / config.name, config, in_memory=self._in_memory)
                 self._streams[config.name] = stream
+            self._aliases = self._alias_index()
         for listener in self.on_change:
             try:
                 listener(stream)
@@ -88,6 +91,7 @@ class StreamCatalog:
         with self._lock:
             stream = self.get(name)
             del self._streams[name]
+            self._aliases = self._alias_index()
         for listener in self.on_delete:
             try:
                 listener(name)

@@ -285,7 +285,7 @@ def test_the_connected_patient_alert_travels_with_both_service_vars(tmp_path: Pa
     task = firing_task(0, rule, HOST, evaluator, True)
     # the heart-rate part reads the firing window only; no window content moves
     assert task.targets[1] == (f"{STREAMS['hr-pat2']}?WINDOWS=R/HEAD/PT05M",)
-    assert f"{STREAMS['activity-pat2']}?WINDOWS=HEAD/-PT05M" in task.targets[0]
+    assert task.targets[0] == (f"{STREAMS['activity-pat2']}?WINDOWS=HEAD/-PT05M",)  # pat2's only, not pat3's
     assert all(data.content == b"" for data in task.windows.values())
     static = static_data(evaluator)
     assert static is not None

@@ -34,6 +34,7 @@ EXPECTED = {
                                                  "rule_placement"],
     ("fuzz", "fuzz"): ["fuzz"],
     ("events", "events"): ["events"],
+    ("patients", "patients"): ["patients"],
 }
 
 

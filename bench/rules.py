@@ -100,6 +100,7 @@ from bench.harness import (
     write_json,
     write_plots,
 )
+from bench.ingest import element_commits
 from conformance.server import RunningServer, running_server
 from engine.evaluation import ExtendedEvaluator, QueryTarget
 from engine.selection import revision_window
@@ -260,10 +261,11 @@ def summarize(values: list[float]) -> dict[str, float | int | None]:
             "mean_ms": round(statistics.fmean(values), 1)}
 
 
-def log_entries(server: RunningServer, stream: str) -> list[dict[str, Any]]:
-    """A stream's commit records (``log.jsonl`` in the server's data directory)."""
-    path = server.data_dir / "streams" / stream / "log.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+def commit_times(server: RunningServer, stream: str) -> dict[int, tuple[int, int]]:
+    """A stream's elements: ordinal -> (timestamp, commit time), in µs (``GET /streams/NAME/elements``; the first
+    element is ordinal 1: nothing here expires)."""
+    times, commits = element_commits(f"{server.url}/streams/{stream}")
+    return {ordinal: pair for ordinal, pair in enumerate(zip(times, commits, strict=True), start=1)}
 
 
 def wait_for_pipeline(server: RunningServer, timeout: float = 180) -> None:
@@ -361,15 +363,15 @@ def connected_patient_latency(windows: int, warmup: int, chunk: int) -> dict[str
         sequences = client.ok(client.session.get(f"{server.url}/streams/hr-pat2/windows", timeout=60)).json()
         [sequence] = [s for s in sequences["sequences"] if s["ref"] == "R/HEAD/PT5M"]
         revisions = {window["index"]: window for window in sequence["windows"]}
-        outputs = {entry["t"]: entry["c"] for entry in log_entries(server, "alerts") if "o" in entry}
-        element_commits = {entry["o"]: entry["c"] for entry in log_entries(server, "hr-pat2") if "o" in entry}
+        outputs = dict(commit_times(server, "alerts").values())  # an alert's time (its window's end) -> its commit
+        hr_commits = {ordinal: commit for ordinal, (_, commit) in commit_times(server, "hr-pat2").items()}
         static_cache = client.ok(client.session.get(f"{server.url}/status", timeout=60)).json().get("static_cache")
     to_output, spark, end_to_end, firings = [], [], [], []
     for k in range(warmup, windows):
         revision = revisions[k]
         committed = parse_micros(revision["committed"])
         firings.append(firing_ms[k])
-        completing = element_commits.get(PER_WINDOW * (k + 1) + 1)  # the next window's first reading
+        completing = hr_commits.get(PER_WINDOW * (k + 1) + 1)  # the next window's first reading
         if completing is not None:
             spark.append((committed - completing) / 1000)
         end = parse_micros(revision["end"])

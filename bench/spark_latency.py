@@ -1,9 +1,10 @@
 """Latency from appending an element line to the Spark pipeline's ``on_batch`` seeing it.
 
-The store appends (and fsyncs) one JSON line per element to ``<root>/<stream>/log.jsonl``; the
-``element_log`` source picks it up in the next micro-batch (trigger 0: as soon as the previous one is done).
-Elements are appended one at a time at a fixed rate, and each one's latency is measured from the end of
-its fsync to the moment ``on_batch`` has collected it (same process, ``time.perf_counter``).
+The store appends (and fsyncs) each element's content and record to the segments of ``<root>/<stream>/log/``
+(``store.element_log``); the ``element_log`` source picks it up in the next micro-batch (trigger 0: as soon as the
+previous one is done). Elements are accepted by a real ``Stream`` one at a time at a fixed rate, and each one's
+latency is measured from its commit (``Stream.flush`` returned: durable and indexed) to the moment ``on_batch`` has
+collected it (same process, ``time.perf_counter``).
 
 Runs, each on a fresh stream root and checkpoint:
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import threading
@@ -33,7 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyoxigraph import Literal, NamedNode, Quad
+
 from bench.harness import bar_plot, replot, summary_plot, write_json, write_plots
+from store.durable import now_micros
+from store.elements import ParsedElement
+from store.stream import StreamConfig
+from store.streams import StreamCatalog
 
 T0 = 1_466_416_800_000_000  # 2016-06-20T10:00:00Z, µs
 STREAM = "bench"
@@ -54,25 +60,27 @@ class Spec:
 
 
 class Appender:
-    """Appends element lines like the store does (one write + fsync each) and records when each landed."""
+    """Commits elements through the store (``Stream.accept``, then ``flush``: one durable commit each, as a sensor's
+    upload) and records when each was committed."""
 
     def __init__(self, root: Path) -> None:
-        (root / STREAM).mkdir(parents=True, exist_ok=True)
-        self.path = root / STREAM / "log.jsonl"
+        self.catalog = StreamCatalog(root)
+        self.stream = self.catalog.put(StreamConfig(STREAM))[0]
         self.appended: dict[int, float] = {}
         self.next_ordinal = 1
 
     def append(self) -> int:
-        ordinal = self.next_ordinal
-        self.next_ordinal += 1
-        t = T0 + ordinal * 50_000
-        line = json.dumps({"o": ordinal, "t": t, "g": f"urn:g:{ordinal}", "u": f"u{ordinal}", "c": t}) + "\n"
-        with open(self.path, "a") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        t = T0 + self.next_ordinal * 50_000
+        graph = NamedNode(f"urn:g:{self.next_ordinal}")
+        element = ParsedElement(graph, [Quad(graph, NamedNode("urn:v"), Literal(str(self.next_ordinal)), graph)], t)
+        ordinal = self.stream.accept(element, now_micros())
+        self.stream.flush()
         self.appended[ordinal] = time.perf_counter()
+        self.next_ordinal = ordinal + 1
         return ordinal
+
+    def close(self) -> None:
+        self.catalog.close()
 
     def run(self, rate: float, seconds: float) -> None:
         """Append at a fixed rate; the schedule does not drift when an append is slow."""
@@ -136,27 +144,27 @@ def measure(name: str, root: Path, start: Callable[[Seen], Callable[[], None]], 
         seen.wait_for(appender.next_ordinal - 1, 30)
     finally:
         stop()
+        appender.close()
     return summarize(name, appender, seen, warm + 1)
 
 
 def tail_poller(root: Path, seen: Seen, interval: float = 0.01) -> Callable[[], None]:
-    """Baseline: poll the log for new complete lines every ``interval`` seconds."""
+    """Baseline: poll the log's segments for new complete record lines every ``interval`` seconds."""
     done = threading.Event()
-    path = root / STREAM / "log.jsonl"
+    directory = root / STREAM / "log"
 
     def loop() -> None:
-        offset = 0
+        offsets: dict[Path, int] = {}
         while not done.is_set():
-            try:
+            for path in sorted(directory.glob("*.jsonl")):
                 with open(path, "rb") as f:
-                    f.seek(offset)
+                    f.seek(offsets.get(path, 0))
                     data = f.read()
-            except FileNotFoundError:
-                data = b""
-            cut = data.rfind(b"\n") + 1
-            if cut:
-                offset += cut
-                seen.add([json.loads(line)["o"] for line in data[:cut].splitlines() if line.strip()])
+                cut = data.rfind(b"\n") + 1
+                if cut:
+                    offsets[path] = offsets.get(path, 0) + cut
+                    records = (json.loads(line) for line in data[:cut].splitlines() if line.strip())
+                    seen.add([record["o"] for record in records if "o" in record])
             time.sleep(interval)
 
     thread = threading.Thread(target=loop, daemon=True)

@@ -1,4 +1,5 @@
-"""The records of a stream's element log (``<data>/streams/<name>/log.jsonl``): written by the stream's committer,
+"""The records of a stream's element log (the ``.jsonl`` segments of ``<data>/streams/<name>/log/``, see
+``store.element_log``): written by the stream's committer,
 read back by its recovery and by the Spark source (``pipeline.element_source``). One JSON object per line, with
 short keys (the log is read on every batch):
 

@@ -223,15 +223,17 @@ def punctuate(server: RunningServer, uploaders: list[Uploader], errors: Errors, 
 
 @dataclass
 class Subscriber:
-    """A continuous response on one stream's sequence: the window indexes received and their delivery latency.
-    It disconnects after window ``last_index`` (set at the end, before the punctuation that completes it)."""
+    """A continuous response on ``WINDOW_REF``: the window indexes received and their delivery latency. Its
+    ``R/HEAD/…`` is a sequence of its own, anchored at the stream's HEAD when it subscribes, so its first window is
+    window 0. It disconnects after the first window ending past ``until_us`` (set at the end, before the punctuation
+    that completes that window)."""
 
     server: RunningServer
     stream: str
     errors: Errors
-    first_index: int = 0  # the first window expected: the first to complete after the subscription
-    last_index: int | None = None
+    until_us: int | None = None
     indexes: list[int] = field(default_factory=list)
+    ends_us: list[int] = field(default_factory=list)
     latency_ms: list[float] = field(default_factory=list)
 
     def run(self) -> None:
@@ -242,7 +244,8 @@ class Subscriber:
                 committed = datetime.fromisoformat(window.committed.replace("Z", "+00:00")).timestamp()
                 self.latency_ms.append((now - committed) * 1000)
                 self.indexes.append(window.index)
-                if self.last_index is not None and window.index >= self.last_index:
+                self.ends_us.append(round(datetime.fromisoformat(window.end.replace("Z", "+00:00")).timestamp() * 1e6))
+                if self.until_us is not None and self.ends_us[-1] > self.until_us:
                     return  # closing the generator disconnects
         except Exception as error:  # noqa: BLE001 - any failure of a subscriber is an error of the run
             self.errors.add("subscriber", f"{self.stream}: {type(error).__name__}: {error}")
@@ -250,10 +253,12 @@ class Subscriber:
         self.errors.add("subscriber", f"{self.stream}: the continuous response ended early")
 
     def check(self) -> None:
-        """Every window from the first after subscribing to the last, each once, in order."""
-        if self.last_index is not None and self.indexes != list(range(self.first_index, self.last_index + 1)):
-            self.errors.add("windows", f"{self.stream}: received windows {self.indexes}, expected "
-                                       f"{self.first_index}..{self.last_index}")
+        """Every window of its sequence from window 0 to the last, each once, in order."""
+        if self.until_us is None:
+            return
+        if self.indexes != list(range(len(self.indexes))) or not self.ends_us or self.ends_us[-1] <= self.until_us:
+            self.errors.add("windows", f"{self.stream}: received windows {self.indexes}, expected 0, 1, … up to the "
+                                       f"one ending after {stamp(self.until_us)}")
 
 
 # --- the query mix --------------------------------------------------------------------------------------------
@@ -523,7 +528,7 @@ def run(settings: Settings) -> dict[str, Any]:
         # the windows between the warm-up and now complete here (empty ones), not at the first live element
         punctuate(server, uploaders, errors)
         wait_for_windows(server, {u.stream: complete_windows(u) for u in uploaders}, timeout=120)
-        subscribers = [Subscriber(server, u.stream, errors, first_index=complete_windows(u)) for u in uploaders]
+        subscribers = [Subscriber(server, u.stream, errors) for u in uploaders]
         sub_threads = [threading.Thread(target=s.run, daemon=True) for s in subscribers]
         for thread in sub_threads:
             thread.start()
@@ -573,9 +578,10 @@ def check_no_loss(server: RunningServer, uploaders: list[Uploader], errors: Erro
 def finish_subscribers(server: RunningServer, uploaders: list[Uploader], subscribers: list[Subscriber],
                        threads: list[threading.Thread], errors: Errors) -> None:
     """A punctuation one window past each stream's last element completes one more window; each subscriber
-    disconnects once it has it, and must have had every window since it subscribed."""
+    disconnects once it has the last window that punctuation completes (it ends after the punctuation's time less a
+    window), and must have had every window since it subscribed."""
     for u, s in zip(uploaders, subscribers, strict=True):
-        s.last_index = (max(u.last_us + WINDOW_US, time.time_ns() // 1000) + 1 - u.t0_us) // WINDOW_US - 1
+        s.until_us = max(u.last_us + WINDOW_US, time.time_ns() // 1000) + 1 - WINDOW_US
     punctuate(server, uploaders, errors, WINDOW_US)
     deadline = time.monotonic() + 60
     for thread in threads:

@@ -73,6 +73,8 @@ class Server:
             if self.followers is not None:  # they write to streams: stopped before the streams close
                 self.followers.close()
             if self._starting is not None:
+                if self.pipeline is not None:
+                    self.pipeline.abandon_start()  # Spark still starting: no query, no wait for its first batch
                 self._starting.join()  # a stop before the query runs would not stop the query started after it
             if self.pipeline is not None:
                 self.pipeline.stop(stop_session=True)

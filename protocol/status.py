@@ -3,11 +3,13 @@ reports the same document's numbers in the Prometheus format, so the two always 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, current_app, jsonify, request
 from prometheus_client import ProcessCollector
 
+from protocol.errors import BadRequest
 from protocol.parameters import reads
 from protocol.rules import rule_json
 from protocol.services import ServerConfig, Services, services
@@ -18,37 +20,52 @@ bp = Blueprint("status", __name__)
 
 
 @bp.route("/status", methods=["GET"])
-@reads()
+@reads("sections")
 def status() -> Response:
-    return jsonify(status_document(services(), current_app.config["CONCENTRATOR"]))
+    sections = None
+    if "sections" in request.args:
+        sections = {name.strip() for name in request.args["sections"].split(",") if name.strip()}
+        unknown = sorted(sections - set(SECTIONS))
+        if unknown:
+            raise BadRequest(f"sections: no status section {', '.join(map(repr, unknown))}; the sections are "
+                             f"{', '.join(SECTIONS)}")
+    return jsonify(status_document(services(), current_app.config["CONCENTRATOR"], sections))
 
 
-def status_document(served: Services, config: ServerConfig) -> dict[str, Any]:
-    """The server's state: dataset, streams, pipeline, rules, continuous responses, the process, access rules."""
+def _dataset_status(served: Services) -> dict[str, Any]:
     dataset = served.dataset
-    catalog = served.streams
     head = dataset.revision(dataset.head)
-    return {
-        "dataset": {
-            "head": head.to_json() if head else None,
-            "revisions": dataset.head,
-            "oldest_readable_revision": dataset.oldest_readable,
-        },
-        "streams": {name: _stream_status(catalog.get(name)) for name in catalog.names()},
-        "framing": served.framing.status(),  # framing processes: started, segments written there and in threads
-        "pipeline": served.pipeline_status(),
-        "executors": served.executors_status(),  # windows given to rules in executors, content the driver moved
-        "rules": {rule.name: rule_json(rule) for rule in served.rules.rules()},
-        # static rule parts (SERVICE ?var prefixes, SERVICE <…/sparql>) evaluated once per dataset revision
-        "static_cache": served.evaluator.cache.status(),
-        "continuous": served.continuous.status(),  # registrations of continuous responses
-        "continuous_window_results": served.window_results.status(),
-        "connectors": served.connector_status(),  # streams following an LDES: source, pages, members, errors
-        "mqtt": served.connectors.status(),  # per stream and topic: messages, elements, duplicates, lag, …
-        "process": process_status(),
-        # what a client (the console) needs to know before it writes: docs/access.md
-        "access": {"token_required": config.token is not None, "read_only": config.read_only},
-    }
+    return {"head": head.to_json() if head else None, "revisions": dataset.head,
+            "oldest_readable_revision": dataset.oldest_readable}
+
+
+# The document's sections, each computed only when asked for (GET /status?sections=…: a dashboard polling the
+# pipeline need not encode 1,000 rules' latency histograms, ≈ 30 ms and 570 KB a request)
+SECTIONS: dict[str, Callable[[Services, ServerConfig], Any]] = {
+    "dataset": lambda served, _: _dataset_status(served),
+    "streams": lambda served, _: {name: _stream_status(served.streams.get(name)) for name in served.streams.names()},
+    "framing": lambda served, _: served.framing.status(),  # framing processes: segments written there and in threads
+    "pipeline": lambda served, _: served.pipeline_status(),
+    "executors": lambda served, _: served.executors_status(),  # windows given to rules in executors, content moved
+    "rules": lambda served, _: {rule.name: rule_json(rule) for rule in served.rules.rules()},
+    # static rule parts (SERVICE ?var prefixes, SERVICE <…/sparql>) evaluated once per dataset revision
+    "static_cache": lambda served, _: served.evaluator.cache.status(),
+    "continuous": lambda served, _: served.continuous.status(),  # registrations of continuous responses
+    "continuous_window_results": lambda served, _: served.window_results.status(),
+    "connectors": lambda served, _: served.connector_status(),  # streams following an LDES: pages, members, errors
+    "mqtt": lambda served, _: served.connectors.status(),  # per stream and topic: messages, elements, lag, …
+    "process": lambda served, _: process_status(),
+    # what a client (the console) needs to know before it writes: docs/access.md
+    "access": lambda _, config: {"token_required": config.token is not None, "read_only": config.read_only},
+}
+
+
+def status_document(served: Services, config: ServerConfig, sections: Collection[str] | None = None
+                    ) -> dict[str, Any]:
+    """The server's state: dataset, streams, pipeline, rules, continuous responses, the process, access rules;
+    ``sections``: only these (``SECTIONS``' names)."""
+    return {name: section(served, config) for name, section in SECTIONS.items()
+            if sections is None or name in sections}
 
 
 def process_status() -> dict[str, float]:

@@ -167,3 +167,21 @@ def test_element_records_page_through_the_index(hr: FlaskClient) -> None:
     page = hr.get("/streams/hr/elements?from=2&to=2").get_json()["elements"]
     assert [r["ordinal"] for r in page] == [2]
     assert hr.get("/streams/hr/elements?from=two").status_code == 400
+
+
+# -- GET /status?sections=… -----------------------------------------------------------------------------------
+
+def test_status_gives_the_sections_asked_for(hr: FlaskClient) -> None:
+    """A dashboard polling the pipeline asks for it alone, not for every rule's latency histogram."""
+    whole = hr.get("/status").get_json()
+    assert {"dataset", "streams", "pipeline", "rules", "process", "access"} <= set(whole)
+    part = hr.get("/status", query_string={"sections": "streams, access"}).get_json()
+    assert set(part) == {"streams", "access"}
+    assert part["streams"]["hr"]["elements"] == 3 == whole["streams"]["hr"]["elements"]  # the three readings
+    assert part["access"] == whole["access"]
+
+
+def test_an_unknown_status_section_is_a_400_naming_the_sections(hr: FlaskClient) -> None:
+    r = hr.get("/status", query_string={"sections": "pipeline,rulez"})
+    assert r.status_code == 400
+    assert "'rulez'" in r.text and "rules" in r.text and "pipeline" in r.text

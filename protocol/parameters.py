@@ -63,6 +63,19 @@ def check_parameters(known: Iterable[str], given: Iterable[str]) -> None:
         raise BadRequest(f"unknown parameter {miss[0]}: did you mean {miss[1]}?")
 
 
+def name_list(parameter: str, known: Iterable[str], what: str) -> set[str] | None:
+    """The comma-separated names of query parameter ``parameter`` (``?fields=a,b``), None when it is absent; a name
+    not in ``known`` is a ``BadRequest`` listing them (``what``: what a name names, e.g. "rule field")."""
+    if parameter not in request.args:
+        return None
+    names = {name.strip() for name in request.args[parameter].split(",") if name.strip()}
+    known = list(known)
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise BadRequest(f"{parameter}: no {what} {', '.join(map(repr, unknown))}; the {what}s are {', '.join(known)}")
+    return names
+
+
 def reads(*names: str) -> Callable[[View], View]:
     """Declare the query (and ``application/x-www-form-urlencoded`` form) parameters a view reads; a request
     with a near miss of one of them is refused before the view runs."""

@@ -23,7 +23,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from protocol.bodies import text_body
 from protocol.errors import BadRequest, HttpProblem, UnsupportedMediaType
-from protocol.parameters import near_miss, reads
+from protocol.parameters import name_list, near_miss, reads
 from protocol.services import PublicationRegistry, rule_publication, services
 from protocol.stream_params import mqtt_topic_filter
 from rules.registry import Rule, RuleRegistry, RuleSpec
@@ -79,13 +79,7 @@ def _event_status(rule: Rule) -> dict[str, object] | None:
 @bp.route("/rules", methods=["GET"])
 @reads("fields")
 def list_rules() -> Response:
-    fields = None
-    if "fields" in request.args:
-        fields = {name.strip() for name in request.args["fields"].split(",") if name.strip()}
-        unknown = sorted(fields - set(_RULE_FIELDS))
-        if unknown:
-            raise BadRequest(f"fields: no rule field {', '.join(map(repr, unknown))}; the fields are "
-                             f"{', '.join(_RULE_FIELDS)}")
+    fields = name_list("fields", _RULE_FIELDS, "rule field")
     return jsonify([rule_json(rule, fields) for rule in _registry().rules()])
 
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify
 from prometheus_client import ProcessCollector
 
-from protocol.errors import BadRequest
-from protocol.parameters import reads
+from protocol.parameters import name_list, reads
 from protocol.rules import rule_json
 from protocol.services import ServerConfig, Services, services
 from sparql_ext.windowing import format_micros
@@ -22,13 +21,7 @@ bp = Blueprint("status", __name__)
 @bp.route("/status", methods=["GET"])
 @reads("sections")
 def status() -> Response:
-    sections = None
-    if "sections" in request.args:
-        sections = {name.strip() for name in request.args["sections"].split(",") if name.strip()}
-        unknown = sorted(sections - set(SECTIONS))
-        if unknown:
-            raise BadRequest(f"sections: no status section {', '.join(map(repr, unknown))}; the sections are "
-                             f"{', '.join(SECTIONS)}")
+    sections = name_list("sections", SECTIONS, "status section")
     return jsonify(status_document(services(), current_app.config["CONCENTRATOR"], sections))
 
 

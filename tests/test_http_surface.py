@@ -185,3 +185,10 @@ def test_an_unknown_status_section_is_a_400_naming_the_sections(hr: FlaskClient)
     r = hr.get("/status", query_string={"sections": "pipeline,rulez"})
     assert r.status_code == 400
     assert "'rulez'" in r.text and "rules" in r.text and "pipeline" in r.text
+
+
+def test_an_unknown_rule_field_is_a_400_naming_the_fields(hr: FlaskClient) -> None:
+    r = hr.get("/rules", query_string={"fields": "firings,firing"})
+    assert r.status_code == 400
+    assert "'firing'" in r.text and "firings" in r.text and "outputs" in r.text
+    assert hr.get("/rules", query_string={"fields": "firings"}).get_json() == []  # no rule yet

@@ -56,11 +56,15 @@ class ExtensionPart:
     silent: bool  # SERVICE SILENT: a failing evaluation yields the join identity instead of an error
     inner: ExtendedQuery | str  # `SELECT * WHERE { … }` (prologue repeated); parsed when it has extensions
     inner_variables: tuple[str, ...]  # '?x' names the inner pattern can bind (sub-SELECTs: their projection)
-    prefix: str  # extended SPARQL binding the target variable (parse it in turn), or "" for a constant
+    prefix_patterns: Prefix | None  # a variable target's prefix query and what it is made of (sparql_ext.prefixes)
     placeholder: tuple[int, int]  # span of `VALUES () { () }` in ExtendedQuery.sparql
     source_span: tuple[int, int]  # span of the whole part in the user's text
     inner_span: tuple[int, int] = (0, 0)  # span of the part's group pattern `{ … }` in the user's text
-    prefix_patterns: Prefix | None = None  # what ``prefix`` is made of (a variable target's): sparql_ext.prefixes
+
+    @property
+    def prefix(self) -> str:
+        """Extended SPARQL binding the target variable (parse it in turn), or "" for a constant target."""
+        return self.prefix_patterns.text if self.prefix_patterns is not None else ""
 
     @property
     def values_variables(self) -> tuple[str, ...]:
@@ -286,8 +290,7 @@ def _assemble(
     chunks.append(text[position:])
     parts = tuple(
         ExtensionPart(ident, raw.kind, raw.target, raw.target_is_variable, raw.silent, raw.inner,
-                      raw.inner_variables, raw.prefix.text if raw.prefix else "", placeholders[ident], raw.source_span,
-                      raw.inner_span, raw.prefix)
+                      raw.inner_variables, raw.prefix, placeholders[ident], raw.source_span, raw.inner_span)
         for ident, raw in enumerate(raw_parts)
     )
     return ExtendedQuery(text, "".join(chunks), parts, uses_then, template, tuple(edits), reads_data)

@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
@@ -187,6 +188,7 @@ class FramingProcesses:
         self._closed = False
         self.segments = 0  # written in a framing process
         self.inline_segments = 0
+        self.wait_seconds = 0.0  # uploads' time waiting for a free framing process, in all
 
     def submit(self, buffer: bytes, eof: bool, media_type: str, syntax: Syntax) -> SegmentJob:
         if len(buffer) < REMOTE_BYTES or not self.processes:
@@ -217,10 +219,13 @@ class FramingProcesses:
                         return None
                     self._started.append(process)
                     return process
+            started = time.perf_counter()
             try:  # all busy: wait for one (looking again now and then: one that died leaves room for a new one)
                 return self._idle.get(timeout=0.5)
             except queue.Empty:
                 continue
+            finally:
+                self.wait_seconds += time.perf_counter() - started
 
     def release(self, process: _Process) -> None:
         self._idle.put(process)
@@ -231,8 +236,9 @@ class FramingProcesses:
                 self._started.remove(process)
         process.close()
 
-    def status(self) -> dict[str, int]:
-        return {"processes": len(self._started), "segments": self.segments, "inline_segments": self.inline_segments}
+    def status(self) -> dict[str, int | float]:
+        return {"processes": len(self._started), "segments": self.segments, "inline_segments": self.inline_segments,
+                "wait_seconds": round(self.wait_seconds, 3)}
 
     def close(self) -> None:
         with self._lock:

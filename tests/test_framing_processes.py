@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 
@@ -165,3 +166,23 @@ def _alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_uploads_wait_for_a_framing_process_only_when_every_one_is_taken(processes: FramingProcesses) -> None:
+    """One process: one upload alone never waits for it; two uploads framed in step take turns, and the second
+    waits while the first holds it (from its segment's submission until it takes the answer)."""
+    body = nquads(0, 3000).encode()
+    assert len(frame(body, RdfFormat.N_QUADS, processes)) == 3000
+    assert processes.status()["wait_seconds"] == 0
+    first = ElementFramer(io.BytesIO(body), RdfFormat.N_QUADS, PROV, segments=processes).batches()
+    second = ElementFramer(io.BytesIO(body.replace(b"http://a/", b"http://b/")), RdfFormat.N_QUADS, PROV,
+                           segments=processes).batches()
+    next(first)  # holds the process: its second segment is submitted while the first one's elements are given out
+    waiter = threading.Thread(target=lambda: sum(len(batch) for batch in second))
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive()  # waiting for the process
+    assert sum(len(batch) for batch in first) > 0
+    waiter.join(timeout=10)
+    assert not waiter.is_alive()
+    assert processes.status()["wait_seconds"] >= 0.25

@@ -68,10 +68,9 @@ class StreamCatalog:
         """Create or reconfigure; returns the stream and whether it was created."""
         check_stream_name(config.name)
         with self._lock:
-            for other in self._streams.values():
-                taken = set(config.aliases) & set(other.config.aliases)
-                if other.config.name != config.name and taken:
-                    raise StreamConflict(f"alias {sorted(taken)[0]} already names stream {other.config.name!r}")
+            taken = sorted(alias for alias in config.aliases if self._aliases.get(alias, config.name) != config.name)
+            if taken:
+                raise StreamConflict(f"alias {taken[0]} already names stream {self._aliases[taken[0]]!r}")
             stream = self._streams.get(config.name)
             created = stream is None
             if stream is not None:

@@ -351,8 +351,10 @@ def test_alias_iri_redirects_to_its_stream(server: RunningServer) -> None:
     assert r.status_code == 303 and r.headers["Location"] == url + "?WINDOWS=HEAD"
     assert requests.get(server.url + "/streams", params={"iri": "urn:uuid:nothing"}).status_code == 404
     alias = "urn:uuid:6f1c0a4e-0000-4000-8000-000000000001"
-    taken = requests.put(server.url + "/streams/other", params={"alias": alias})
-    assert taken.status_code == 409
+    taken = requests.put(server.url + "/streams/other", params={"alias": [alias, "urn:uuid:free"]})
+    assert taken.status_code == 409 and f"alias {alias} already names stream 'aliased'" in taken.text
+    assert requests.get(server.url + "/streams/other").status_code == 404  # nothing of it was applied
+    assert requests.put(url, params={"alias": [alias, "urn:uuid:more"]}).status_code == 204  # its own: reconfigured
 
 
 def test_delete_stream(server: RunningServer) -> None:

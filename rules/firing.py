@@ -203,8 +203,9 @@ class RuleRunner:
         return type(result)(reporter.report(revision.end, list(result), revision.count) or [])
 
     def _fire(self, rule: Rule, stream: Stream, revision: WindowRevision, evaluated: TaskResult | None) -> _Firing:
-        """Evaluate one firing and queue its outputs on the output stream (committed by ``_settle``). A firing that
-        waits for another input's window, or fails, is recorded in the rule's status here."""
+        """Evaluate one firing and queue its outputs on the output stream (its committer commits them as it runs;
+        ``_settle`` waits until they are durable). A firing that waits for another input's window, or fails, is
+        recorded in the rule's status here."""
         sequence = stream.windows.sequence(revision.sequence)
         kind = sequence.spec.kind if sequence is not None else "time"
         firing = _Firing(rule, stream, revision, kind, time.monotonic(), evaluated is not None)
@@ -242,9 +243,10 @@ class RuleRunner:
         return firing
 
     def _settle(self, firings: list[_Firing]) -> None:
-        """Commit the outputs the firings queued (one wait per output stream), then record each firing in its rule's
-        status: a firing is marked only once its outputs are durable, so a crash before its mark is saved repeats it
-        (and the repeat skips the outputs that were committed: their origins are in the output stream)."""
+        """Wait until the outputs the firings queued are committed (one wait per output stream), then record each
+        firing in its rule's status: a firing is marked only once its outputs are durable, so a crash before its mark
+        is saved repeats it (and the repeat skips the outputs that were committed: their origins are in the output
+        stream)."""
         failed: dict[str, Exception] = {}
         settled: dict[int, _Firing] = {}  # each rule's last firing that settled
         for stream in {id(f.output): f.output for f in firings if f.output is not None}.values():

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from pyoxigraph import (
+    BlankNode,
     Literal,
     NamedNode,
     QueryBoolean,
@@ -64,6 +65,7 @@ from engine.selection import SelectedWindow, elements_key, revision_selection, s
 from engine.syntax import checked_query
 from sparql_ext import THEN_FUNCTION, ExtendedQuery, ExtensionPart, parse_extended
 from sparql_ext.errors import ConcentratorError
+from sparql_ext.subselects import standalone_subselects
 from sparql_ext.windowed import windowed_params
 from sparql_ext.windowing import WindowNotResolvable, format_micros
 from sparql_ext.windowref import parse_window_ref
@@ -190,7 +192,7 @@ class ExtendedEvaluator:
             text = substitute_matches(events, target.base_iri, lambda iri: self._event_stream(iri, target))
         extended = checked_query(text, target.base_iri)
         target = self._pinned(target)
-        sparql = self._spliced(extended, target)
+        sparql = self._spliced(extended, target, answered=bool(self.pins))
         if not extended.reads_data:  # only the parts' tables: no need to open the dataset (a read lock, a snapshot)
             target = QueryTarget(_NO_DATA, None, None, target.then_time, target.base_iri)
         if extended.template is not None:
@@ -207,13 +209,36 @@ class ExtendedEvaluator:
 
     # -- splicing parts ---------------------------------------------------------------------------------
 
-    def _spliced(self, extended: ExtendedQuery, target: QueryTarget) -> str:
-        """``extended.sparql`` with each placeholder replaced by its part's solutions as a VALUES table."""
+    def _spliced(self, extended: ExtendedQuery, target: QueryTarget, *, answered: bool = False) -> str:
+        """``extended.sparql`` with each placeholder replaced by its part's solutions as a VALUES table; with
+        ``answered``, each static sub-SELECT that reads the dataset as the query does, by its solutions too (one
+        evaluation per dataset revision: a rule's aggregate over the base data is not computed at every firing)."""
         sparql = extended.sparql
         tables = [(part.placeholder, self._table(part, target, extended.parts)) for part in extended.parts]
+        if answered:
+            tables += self._answered_subselects(extended, target)
         for (start, end), table in sorted(tables, key=lambda item: item[0][0], reverse=True):
             sparql = sparql[:start] + table + sparql[end:]
         return sparql
+
+    def _answered_subselects(self, extended: ExtendedQuery, target: QueryTarget) -> list[tuple[tuple[int, int], str]]:
+        """The static sub-SELECTs of ``extended`` (``sparql_ext.subselects``) over the revisioned dataset, each as
+        ``{ VALUES … }`` of its solutions, from the per-revision cache. One holding a part, or whose solutions hold a
+        blank node (a VALUES table cannot), stays as it is."""
+        if target.store is not None or target.revision is None:
+            return []
+        answered: list[tuple[tuple[int, int], str]] = []
+        for sub in standalone_subselects(extended.sparql):
+            if any(sub.start < end and start < sub.end for start, end in (p.placeholder for p in extended.parts)):
+                continue
+            if not is_static(sub.query):
+                continue
+            solutions = self._select(sub.query, target, False, cacheable=True)
+            if any(isinstance(term, BlankNode) for row in solutions.rows for term in row.values()):
+                continue
+            answered.append(((sub.start, sub.end), "{ " + values_text(solutions.variables, solutions.rows,
+                                                                      keep_large=True) + " }"))
+        return answered
 
     def _table(self, part: ExtensionPart, target: QueryTarget, siblings: tuple[ExtensionPart, ...] = ()) -> str:
         header = part.values_variables

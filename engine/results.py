@@ -147,11 +147,12 @@ _TABLES_KEPT = 256
 _TABLE_ROWS_KEPT = 256  # larger tables are written each time: kept, they would hold their rows and text in memory
 
 
-def values_text(names: list[str], rows: list[Row]) -> str:
+def values_text(names: list[str], rows: list[Row], *, keep_large: bool = False) -> str:
     """``values_table``, written once per rows object: the rules over one window get the same cached rows of their
-    common part, and each would write the same VALUES text again. Small tables only, at most 256 of them. (An entry
-    holds its rows, so their id is not reused while it is kept.)"""
-    if len(rows) > _TABLE_ROWS_KEPT:
+    common part, and each would write the same VALUES text again. Small tables only, at most 256 of them, unless
+    ``keep_large`` (a static sub-SELECT's solutions, one table per dataset revision that every firing splices in).
+    (An entry holds its rows, so their id is not reused while it is kept.)"""
+    if len(rows) > _TABLE_ROWS_KEPT and not keep_large:
         return values_table(names, rows)
     key = (tuple(names), id(rows))
     kept = _TABLES.get(key)

@@ -33,7 +33,6 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from pyoxigraph import (
-    BlankNode,
     Literal,
     NamedNode,
     QueryBoolean,
@@ -49,6 +48,7 @@ from engine.cache import StaticResults, is_static
 from engine.errors import EventSourceInvalid, ServiceNotAllowed, WindowNotComplete
 from engine.events import checked_events, substitute_matches
 from engine.results import (
+    SKOLEM_PREFIX,
     ConstructedQuads,
     ConstructedTriples,
     Row,
@@ -56,6 +56,7 @@ from engine.results import (
     Term,
     deskolemize,
     deskolemized_solutions,
+    distinct_values,
     instantiate,
     rows_of,
     values_table,
@@ -154,6 +155,7 @@ class ExtendedEvaluator:
         self.catalog = catalog
         self.local_bases = [base.rstrip("/") for base in local_bases]
         self._addresses: frozenset[str] | None = None  # _pinned_addresses, once per evaluator (its pins are fixed)
+        self._firings: dict[int, tuple[tuple[Term, ...], list[Term]]] = {}  # _firing's, by values object
         self.http = http  # None: SERVICE to other endpoints fails (SILENT: no solutions)
         self.window_timeout = window_timeout
         self.http_timeout = http_timeout
@@ -234,10 +236,10 @@ class ExtendedEvaluator:
             if not is_static(sub.query):
                 continue
             solutions = self._select(sub.query, target, False, cacheable=True)
-            if any(isinstance(term, BlankNode) for row in solutions.rows for term in row.values()):
+            table = values_text(solutions.variables, solutions.rows, keep_large=True)  # written once per revision
+            if f"<{SKOLEM_PREFIX}" in table:  # a blank node (skolemized): looked for in the text, not term by term
                 continue
-            answered.append(((sub.start, sub.end), "{ " + values_text(solutions.variables, solutions.rows,
-                                                                      keep_large=True) + " }"))
+            answered.append(((sub.start, sub.end), "{ " + table + " }"))
         return answered
 
     def _table(self, part: ExtensionPart, target: QueryTarget, siblings: tuple[ExtensionPart, ...] = ()) -> str:
@@ -274,24 +276,30 @@ class ExtendedEvaluator:
             return [NamedNode(iri) for iri in given]
         values = self._prefix_values(part, target)
         if not self.pins or part.kind != "service":
-            return values
+            return list(values)
         firing = self._firing(values)
         if firing:
-            return firing
+            return list(firing)
         return self._joined_with_firing(part, values, target, siblings)
 
-    def _prefix_values(self, part: ExtensionPart, target: QueryTarget) -> list[Term]:
+    def _prefix_values(self, part: ExtensionPart, target: QueryTarget) -> tuple[Term, ...]:
         variable = part.target[1:]
         prefix = parse_extended(part.prefix, target.base_iri)
         bound = self._select(self._spliced(prefix, target), target, prefix.uses_then,
                              cacheable=not prefix.parts)
-        return list(dict.fromkeys(row[variable] for row in bound.rows if variable in row))
+        return distinct_values(bound.rows, variable)
 
-    def _firing(self, values: list[Term]) -> list[Term]:
-        """The values naming a window this evaluation has pinned (the window a rule fires on)."""
+    def _firing(self, values: tuple[Term, ...]) -> list[Term]:
+        """The values naming a window this evaluation has pinned (the window a rule fires on); once per values
+        object (a firing asks for a part's, and again when its sibling is narrowed by it)."""
+        kept = self._firings.get(id(values))
+        if kept is not None and kept[0] is values:
+            return kept[1]
         addresses = self._pinned_addresses()  # a firing sees every patient's IRI: only the pinned ones are parsed
-        return [v for v in values if isinstance(v, NamedNode) and v.value.partition("?")[0] in addresses
-                and self.windowed_input(v.value) in self.pins]
+        firing = [v for v in values if isinstance(v, NamedNode) and v.value.partition("?")[0] in addresses
+                  and self.windowed_input(v.value) in self.pins]
+        self._firings[id(values)] = (values, firing)
+        return firing
 
     def _pinned_addresses(self) -> frozenset[str]:
         """The IRIs (before ``?``) of the pinned windows' streams: ``BASE/streams/NAME`` and the streams' aliases."""
@@ -303,7 +311,7 @@ class ExtendedEvaluator:
                 + [alias for stream in streams if stream is not None for alias in stream.config.aliases])
         return self._addresses
 
-    def _joined_with_firing(self, part: ExtensionPart, values: list[Term], target: QueryTarget,
+    def _joined_with_firing(self, part: ExtensionPart, values: tuple[Term, ...], target: QueryTarget,
                             siblings: tuple[ExtensionPart, ...]) -> list[Term]:
         """``values`` narrowed to those the patterns of the group bind together with the firing window's IRI, when
         a sibling ``SERVICE ?var`` of the same group reads that window: the later part's prefix patterns, which
@@ -320,14 +328,14 @@ class ExtendedEvaluator:
                 continue
             later = theirs if sibling.ident > part.ident else mine
             if not later.joinable or not {part.target, sibling.target} <= later.bound:
-                return values
+                return list(values)
             query = parse_extended(later.select((part.target, sibling.target)), target.base_iri)
             pairs = self._select(self._spliced(query, target), target, query.uses_then,
                                  cacheable=not query.parts).rows
             mine_name, theirs_name = part.target[1:], sibling.target[1:]
             joined = {row.get(mine_name) for row in pairs if row.get(theirs_name) in firing}
             return [v for v in values if v in joined]
-        return values
+        return list(values)
 
     def _part_rows(self, part: ExtensionPart, value: Term | str, target: QueryTarget) -> list[Row]:
         """The solutions of a part's inner pattern over the dataset its target (a constant or a value) names."""

@@ -46,12 +46,17 @@ def app(tmp_path: Path) -> Flask:
     assert r.status_code in (200, 201, 204), r.text
     for n in PATIENTS:
         for name, value in ((f"hr{n}", 10 * n), (f"a{n}", n)):
-            assert client.put(f"/streams/{name}", query_string={"alias": f"urn:s:{name}"}).status_code == 201
-            body = (f'<http://ex/{name}e> <{PROV}> "2016-06-20T10:01:00Z"^^<{XSD}dateTime> .\n'
-                    f"<http://ex/{name}e> {{ <http://ex/{name}o> <http://ex/v> {value} . }}\n")
-            r = client.post(f"/streams/{name}", data=body, headers={"Content-Type": "application/trig"})
-            assert r.status_code == 200, r.text
+            sensor_stream(client, name, value)
     return app
+
+
+def sensor_stream(client: FlaskClient, name: str, value: int) -> None:
+    """Stream ``name`` (alias ``urn:s:NAME``) with one element at 10:01: ``<http://ex/NAMEo> <http://ex/v> value``."""
+    assert client.put(f"/streams/{name}", query_string={"alias": f"urn:s:{name}"}).status_code == 201
+    body = (f'<http://ex/{name}e> <{PROV}> "2016-06-20T10:01:00Z"^^<{XSD}dateTime> .\n'
+            f"<http://ex/{name}e> {{ <http://ex/{name}o> <http://ex/v> {value} . }}\n")
+    r = client.post(f"/streams/{name}", data=body, headers={"Content-Type": "application/trig"})
+    assert r.status_code == 200, r.text
 
 
 def firing_of_hr2(app: Flask, text: str) -> tuple[dict[int, tuple[str, ...]], list[tuple[str, str]]]:

@@ -20,10 +20,9 @@ from engine.selection import SelectedWindow
 from protocol import ServerConfig, create_app
 from protocol.services import services_of
 from sparql_ext.subselects import standalone_subselects
+from tests.test_service_var_firing import sensor_stream
 
 HOST = "http://localhost"
-PROV = "http://www.w3.org/ns/prov#generatedAtTime"
-XSD = "http://www.w3.org/2001/XMLSchema#"
 SUB = "{ SELECT ?s { ?s ?p ?o } }"
 
 
@@ -77,11 +76,7 @@ def app(tmp_path: Path) -> Flask:
     r = client.post("/store", data=records, headers={"Content-Type": "application/trig"})
     assert r.status_code in (200, 201, 204), r.text
     for n in (1, 2, 3):
-        assert client.put(f"/streams/hr{n}", query_string={"alias": f"urn:s:hr{n}"}).status_code == 201
-        body = (f'<http://ex/e{n}> <{PROV}> "2016-06-20T10:01:00Z"^^<{XSD}dateTime> .\n'
-                f"<http://ex/e{n}> {{ <http://ex/o{n}> <http://ex/v> {10 * n} . }}\n")
-        r = client.post(f"/streams/hr{n}", data=body, headers={"Content-Type": "application/trig"})
-        assert r.status_code == 200, r.text
+        sensor_stream(client, f"hr{n}", 10 * n)
     return app
 
 

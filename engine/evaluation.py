@@ -56,7 +56,6 @@ from engine.results import (
     Term,
     deskolemize,
     deskolemized_solutions,
-    distinct_values,
     instantiate,
     rows_of,
     values_table,
@@ -155,7 +154,11 @@ class ExtendedEvaluator:
         self.catalog = catalog
         self.local_bases = [base.rstrip("/") for base in local_bases]
         self._addresses: frozenset[str] | None = None  # _pinned_addresses, once per evaluator (its pins are fixed)
-        self._firings: dict[int, tuple[tuple[Term, ...], list[Term]]] = {}  # _firing's, by values object
+        # a firing reads a SERVICE ?var's values, and which name the firing window, for the part and again when it
+        # narrows its sibling: once per evaluator (one firing), by rows / values object (the object is kept with them,
+        # so its id is not reused); per evaluator, so nothing outlives the firing
+        self._distinct: dict[tuple[int, str], tuple[list[Row], tuple[Term, ...]]] = {}
+        self._firings: dict[int, tuple[tuple[Term, ...], list[Term]]] = {}
         self.http = http  # None: SERVICE to other endpoints fails (SILENT: no solutions)
         self.window_timeout = window_timeout
         self.http_timeout = http_timeout
@@ -287,11 +290,16 @@ class ExtendedEvaluator:
         prefix = parse_extended(part.prefix, target.base_iri)
         bound = self._select(self._spliced(prefix, target), target, prefix.uses_then,
                              cacheable=not prefix.parts)
-        return distinct_values(bound.rows, variable)
+        key = (id(bound.rows), variable)
+        kept = self._distinct.get(key)
+        if kept is not None and kept[0] is bound.rows:
+            return kept[1]
+        values = tuple(dict.fromkeys(row[variable] for row in bound.rows if variable in row))
+        self._distinct[key] = (bound.rows, values)
+        return values
 
     def _firing(self, values: tuple[Term, ...]) -> list[Term]:
-        """The values naming a window this evaluation has pinned (the window a rule fires on); once per values
-        object (a firing asks for a part's, and again when its sibling is narrowed by it)."""
+        """The values naming a window this evaluation has pinned (the window a rule fires on)."""
         kept = self._firings.get(id(values))
         if kept is not None and kept[0] is values:
             return kept[1]

@@ -147,24 +147,6 @@ _TABLES_KEPT = 256
 _TABLE_ROWS_KEPT = 256  # larger tables are written each time: kept, they would hold their rows and text in memory
 
 
-_DISTINCT: dict[tuple[int, str], tuple[list[Row], tuple[Term, ...]]] = {}
-
-
-def distinct_values(rows: list[Row], name: str) -> tuple[Term, ...]:
-    """The distinct bindings of ``name`` in ``rows``, in order; computed once per rows object (a cached prefix's rows
-    are the same object at every rule firing, which would scan its 1,000 patients again). At most 256 kept; an entry
-    holds its rows, so their id is not reused while it is kept."""
-    key = (id(rows), name)
-    kept = _DISTINCT.get(key)
-    if kept is not None and kept[0] is rows:
-        return kept[1]
-    values = tuple(dict.fromkeys(row[name] for row in rows if name in row))
-    if len(_DISTINCT) >= _TABLES_KEPT:
-        _DISTINCT.clear()
-    _DISTINCT[key] = (rows, values)
-    return values
-
-
 def values_text(names: list[str], rows: list[Row], *, keep_large: bool = False) -> str:
     """``values_table``, written once per rows object: the rules over one window get the same cached rows of their
     common part, and each would write the same VALUES text again. Small tables only, at most 256 of them, unless

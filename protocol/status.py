@@ -41,7 +41,7 @@ SECTIONS: dict[str, Callable[[Services, ServerConfig], Any]] = {
     "pipeline": lambda served, _: served.pipeline_status(),
     "executors": lambda served, _: served.executors_status(),  # windows given to rules in executors, content moved
     "rules": lambda served, _: {rule.name: rule_json(rule) for rule in served.rules.rules()},
-    # static rule parts (SERVICE ?var prefixes, SERVICE <…/sparql>) evaluated once per dataset revision
+    # static rule parts (SERVICE ?var prefixes, SERVICE <…/sparql>, sub-SELECTs) evaluated once per dataset revision
     "static_cache": lambda served, _: served.evaluator.cache.status(),
     "continuous": lambda served, _: served.continuous.status(),  # registrations of continuous responses
     "continuous_window_results": lambda served, _: served.window_results.status(),

@@ -121,8 +121,7 @@ class TaskResult:
 
 def ineligible_reason(text: str, base: str, evaluator: ExtendedEvaluator) -> str | None:
     """Why a rule must be evaluated in the driver, or None when its windows and static data can travel."""
-    parts = checked_query(text, base).parts
-    for part in parts:
+    for part in checked_query(text, base).parts:
         if part.kind != "service":
             return f"{part.kind.upper()} clause (reads a stream's or the dataset's history)"
         if isinstance(part.inner, ExtendedQuery):

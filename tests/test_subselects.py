@@ -121,3 +121,28 @@ def test_a_subselect_with_a_blank_node_in_its_solutions_is_evaluated_in_place(ap
     result = evaluator.query(text, QueryTarget(base_iri=HOST))
     assert isinstance(result, ConstructedTriples)
     assert sorted((t.subject.value, t.object.value) for t in result) == [("http://ex/p2", "16")]
+
+
+def test_a_subselect_answered_from_the_cache_changes_no_value(app: Flask) -> None:
+    """The solutions go into the query as a VALUES table's text: each value comes out of the firing as pyoxigraph's
+    own SPARQL gives it for the stored data (which writes numbers, dateTimes and language tags in their canonical
+    forms), and a string's escapes and a custom datatype exactly as stored."""
+    stored = ['"007"^^<http://www.w3.org/2001/XMLSchema#integer>', '"1.50"^^<http://www.w3.org/2001/XMLSchema#decimal>',
+              '"line\\none \\"quoted\\" \\\\ tab\\t"', '"Grüße"@de-CH', '"x y"^^<http://ex/custom>',
+              '"2016-06-20T10:00:00.000+02:00"^^<http://www.w3.org/2001/XMLSchema#dateTime>']
+    client = app.test_client()
+    body = "".join(f"<http://ex/p2> <http://ex/note> {literal} .\n" for literal in stored)
+    r = client.post("/store", data=body, headers={"Content-Type": "application/trig"})  # top level: default graph
+    assert r.status_code in (200, 201, 204), r.text
+    plain = services_of(app).evaluator.query("SELECT ?n { <http://ex/p2> <http://ex/note> ?n }", QueryTarget())
+    expected = sorted(str(solution["n"]) for solution in plain)  # type: ignore[union-attr, index]
+    assert stored[2] in expected and stored[4] in expected  # kept exactly by the store
+    text = RULE.replace("CONSTRUCT { ?p ex:above ?d }", "CONSTRUCT { ?p ex:note ?n }").replace(
+        "BIND (?hv - ?mean AS ?d)", "{ SELECT ?p ?n { ?p ex:note ?n } }")
+    evaluator = services_of(app).evaluator.with_local_bases([HOST]).for_rule(
+        [HOST], {("hr2", "R/HEAD/PT5M"): SelectedWindow([1], commit=1_000_000)})
+    result = evaluator.query(text, QueryTarget(base_iri=HOST))
+    assert isinstance(result, ConstructedTriples)
+    assert sorted(str(t.object) for t in result) == expected
+    cached = [key[0] for key in services_of(app).evaluator.cache._entries]  # noqa: SLF001
+    assert any(query.endswith("SELECT ?p ?n { ?p ex:note ?n }") for query in cached)  # answered from the cache

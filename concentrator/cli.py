@@ -98,6 +98,15 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def own_base_urls(host: str, port: int) -> tuple[str, ...]:
+    """The URLs this server answers at: its address, and its loopback names when it listens on loopback or on every
+    address (a SERVICE to any of them is evaluated in-process, never over HTTP)."""
+    names = [f"[{host}]" if ":" in host else host]
+    if _is_loopback(host) or host in ("0.0.0.0", "::"):
+        names += ["127.0.0.1", "localhost", "[::1]"]
+    return tuple(dict.fromkeys(f"http://{name}:{port}" for name in names))
+
+
 def service_allowlist(given: list[str], host: str, port: int) -> tuple[str, ...] | None:
     """The hosts SERVICE may reach: this server (under its loopback names too) and those given; '*': any."""
     if "*" in given:
@@ -118,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="concurrent requests (each continuous response and upload holds one while it lasts)")
     serve.add_argument("--header-timeout", type=_seconds, default=10.0, metavar="SECONDS",
                        help="a request's headers must arrive within this time, else 408 (default 10)")
+    serve.add_argument("--body-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                       help="a request body up to 256 KiB must arrive within this time after its headers, and a "
+                            "longer one (an upload) may not pause for longer, else 408 (default 30)")
     serve.add_argument("--max-body-bytes", type=_size, default=None,
                        help="largest accepted RDF upload, e.g. 2g (default: no limit)")
     serve.add_argument("--framing-processes", type=_count, default=min(2, os.cpu_count() or 1), metavar="N",
@@ -142,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--read-only", action="store_true", help="refuse every write (403)")
     serve.add_argument("--rate-limit", type=float, default=None,
                        help="requests per second per client address; beyond it 429 (default: no limit)")
+    serve.add_argument("--sequences-per-client", type=_count, default=64, metavar="N",
+                       help="window sequences a client without the write token may have registered by its reads "
+                            "(continuous responses, answer=latest, SERVICE); beyond it 429 (default 64)")
     serve.add_argument("--service-allow", action="append", default=[], metavar="HOST[:PORT]",
                        help="a host SERVICE (in queries and rules) may reach over HTTP; repeatable; '*' for any "
                             "(default: only this server)")
@@ -393,9 +408,12 @@ def main(argv: list[str] | None = None) -> int:
         config = ServerConfig(args.data.resolve(), max_body_bytes=args.max_body_bytes,
                               retention=args.retention, token=args.token, read_only=args.read_only,
                               rate_limit=args.rate_limit, framing_processes=args.framing_processes,
+                              sequences_per_client=args.sequences_per_client,
+                              base_urls=own_base_urls(args.host, args.port),
                               service_allow=service_allowlist(args.service_allow, args.host, args.port))
         master = None if args.no_pipeline else args.spark_master
-        serve(config, args.host, args.port, args.threads, args.header_timeout, make_app=partial(
+        serve(config, args.host, args.port, args.threads, args.header_timeout, body_timeout=args.body_timeout,
+              make_app=partial(
             build_app, spark_master=master, rules_dir=args.rules, base_url=f"http://{args.host}:{args.port}",
             rules_on=args.rules_on, spark_conf=dict(args.spark_conf), mqtt=args.mqtt))
     elif args.command == "tail":

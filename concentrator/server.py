@@ -4,24 +4,29 @@ One worker process: the on-disk store can be opened by one process only. gunicor
 worker hands request bodies to the app as they arrive (chunked uploads stream), unlike servers
 that buffer whole bodies.
 
-gthread hands a connection to a thread as soon as it is readable, and the thread then reads the request's
-headers with blocking reads: a client that sends a request line and stalls holds a thread until it goes away, and
-``--threads`` of them stop the server. ``HeaderGateWorker`` reads the headers in the worker's event loop instead
-(non-blocking, into a buffer) and hands a connection to a thread only once its headers are complete; a connection
-whose headers take longer than ``header_timeout`` gets ``408`` and is closed. Bodies are not bounded: a stream
-upload may last for days, and a continuous response is as long as its client wants (docs/http.md, "Limits").
+gthread hands a connection to a thread as soon as it is readable, and the thread then reads the request with
+blocking reads: a client that sends a request line, or headers and part of a body, and stalls holds a thread until
+it goes away, and ``--threads`` of them stop the server. ``HeaderGateWorker`` reads requests in the worker's event
+loop instead (non-blocking, into a buffer; h11 says where a request ends) and hands a connection to a thread only
+once its headers are complete and its body has arrived, or is a stream upload (which streams for as long as its
+client sends), or has passed ``GATED_BODY_BYTES``. Headers that take longer than ``header_timeout``, or a gated body
+that takes longer than ``body_timeout`` after them, get ``408`` and the connection is closed. In the thread, a body
+that stops for ``body_timeout`` (no byte arrives) ends the request with ``408`` (``BodyIdleTimeout``); what an
+upload committed before stays. A continuous response is as long as its client wants (docs/http.md, "Limits").
 """
 
 from __future__ import annotations
 
+import re
 import selectors
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import h11
 from gunicorn import http
 from gunicorn.app.base import BaseApplication
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
@@ -29,26 +34,44 @@ from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 from protocol import ServerConfig, create_app
 
 HEADER_TIMEOUT = 10.0  # seconds a request's headers may take to arrive (--header-timeout)
+BODY_TIMEOUT = 30.0  # seconds a gated body may take after its headers, and a body may stall (--body-timeout)
+GATED_BODY_BYTES = 256 << 10  # bodies up to this size arrive whole before the request gets a thread
 RECV_BYTES = 65536
+#: A request whose body the application reads as it arrives: an upload to a stream IRI (``POST /streams/NAME``
+#: without a query), which may last for days
+_STREAM_UPLOAD = re.compile(rb"/streams/[^/?#]+(?:\?(?!(?:.*&)?query=).*)?")
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 @dataclass
 class _Gate:
-    """What a connection waiting for its request's headers has sent so far, and until when it may send them."""
+    """What a connection waiting for its request has sent so far, and until when it may send it. Once its headers
+    are complete, ``request`` reads the rest (h11, fed what arrives) to find where its body ends."""
 
     deadline: float
     data: bytearray = field(default_factory=bytearray)
+    request: h11.Connection | None = None
+    body: int = 0  # body bytes seen so far
 
-    def complete(self) -> bool:
+    def headers_complete(self) -> bool:
         """Whether the headers have ended (a blank line; gunicorn also accepts bare LF line ends)."""
         return b"\r\n\r\n" in self.data or b"\n\n" in self.data
 
 
-def request_timeout_answer(header_timeout: float) -> bytes:
-    """The 408 sent to a connection whose request's headers did not arrive in time."""
-    body = f"the request's headers took longer than {header_timeout:g} s\n".encode()
+def request_timeout_answer(what: str, seconds: float) -> bytes:
+    """The 408 sent to a connection whose request's headers (or gated body) did not arrive in time."""
+    body = f"the request's {what} took longer than {seconds:g} s\n".encode()
     return (b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+
+def streams_its_body(method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether a request goes to a thread as soon as its headers are in: a stream upload (its elements are committed
+    as they arrive), a WebSocket handshake (no body; the thread takes the connection over) or a request waiting for
+    ``100 Continue`` from the application (gunicorn sends it when the request starts)."""
+    if method == b"POST" and _STREAM_UPLOAD.fullmatch(target):
+        return True
+    return any(name == b"upgrade" for name, _ in headers)
 
 
 class HeaderGateWorker(ThreadWorker):  # type: ignore[misc]
@@ -58,6 +81,7 @@ class HeaderGateWorker(ThreadWorker):  # type: ignore[misc]
     Every connection, new or kept alive between requests, passes through ``enqueue_req``: that is the gate."""
 
     header_timeout = HEADER_TIMEOUT
+    body_timeout = BODY_TIMEOUT
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -79,8 +103,7 @@ class HeaderGateWorker(ThreadWorker):  # type: ignore[misc]
         conn.sock.setblocking(False)
         self.gated[conn] = gate
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_gated_readable, conn))
-        if gate.complete():
-            self.open_gate(conn)
+        self.advance(conn, gate, bytes(ahead))
 
     def on_gated_readable(self, conn: TConn, _sock: Any) -> None:
         gate = self.gated[conn]
@@ -90,12 +113,44 @@ class HeaderGateWorker(ThreadWorker):  # type: ignore[misc]
             return
         except OSError:
             data = b""  # reset by the client: as gone as EOF
-        if not data:  # the client left before its headers ended: nothing to answer
+        if not data:  # the client left before its request ended: nothing to answer
             self.drop_gated(conn, answer=False)
             return
         gate.data += data
-        if gate.complete() or len(gate.data) > self.header_limit:
-            self.open_gate(conn)
+        self.advance(conn, gate, data)
+
+    def advance(self, conn: TConn, gate: _Gate, data: bytes) -> None:
+        """Take ``data`` (just arrived) into account: open the gate once the request may have a thread."""
+        if gate.request is None:
+            if len(gate.data) > self.header_limit:
+                self.open_gate(conn)  # gunicorn answers 431/400
+                return
+            if not gate.headers_complete():
+                return
+            gate.request = h11.Connection(h11.SERVER, max_incomplete_event_size=self.header_limit)
+            gate.deadline = time.monotonic() + self.body_timeout
+            data = bytes(gate.data)
+        try:
+            gate.request.receive_data(data)
+            while True:
+                event = gate.request.next_event()
+                if event is h11.NEED_DATA:
+                    return
+                if isinstance(event, h11.Request):
+                    headers = [(name.lower(), value) for name, value in event.headers]
+                    if streams_its_body(event.method, event.target, headers):
+                        break
+                    if (b"expect", b"100-continue") in headers:
+                        conn.sock.send(_CONTINUE)  # a client waiting for it before it sends the body we wait for
+                elif isinstance(event, h11.Data):
+                    gate.body += len(event.data)
+                    if gate.body > GATED_BODY_BYTES:
+                        break  # a large body (an upload): read in the thread as it arrives
+                else:  # EndOfMessage (the request is whole), or anything h11 does not expect: gunicorn will say
+                    break
+        except (h11.RemoteProtocolError, OSError):
+            pass  # gunicorn's parser answers what h11 refuses (400), in the thread
+        self.open_gate(conn)
 
     def open_gate(self, conn: TConn) -> None:
         """Hand the connection to a thread, its headers (and whatever followed them) ready in its parser."""
@@ -108,15 +163,17 @@ class HeaderGateWorker(ThreadWorker):  # type: ignore[misc]
         super().enqueue_req(conn)
 
     def drop_gated(self, conn: TConn, answer: bool) -> None:
-        """Close a connection whose headers did not arrive: with a 408 if it had started a request."""
-        self.gated.pop(conn, None)
+        """Close a connection whose request did not arrive: with a 408 if it had started one."""
+        gate = self.gated.pop(conn, None)
+        gate_request = None if gate is None else gate.request
         try:
             self.poller.unregister(conn.sock)
         except (KeyError, ValueError, OSError):
             pass
         if answer:
+            what, seconds = ("headers", self.header_timeout) if gate_request is None else ("body", self.body_timeout)
             try:  # a few hundred bytes into an empty send buffer: a non-blocking send takes them whole
-                conn.sock.send(request_timeout_answer(self.header_timeout))
+                conn.sock.send(request_timeout_answer(what, seconds))
                 conn.sock.shutdown(socket.SHUT_WR)
             except OSError:
                 pass
@@ -141,11 +198,34 @@ class HeaderGateWorker(ThreadWorker):  # type: ignore[misc]
                 self.drop_gated(conn, answer=False)
 
 
+class BodyIdleTimeout:
+    """WSGI middleware: while the application handles a request (reads its body), a read that waits ``seconds``
+    for a byte raises ``TimeoutError`` (answered 408: protocol/errors.py); the response is written without it (a
+    continuous response waits for windows as long as its client wants). WebSocket handshakes are left alone: the
+    connection becomes the WebSocket's, which pings on its own."""
+
+    def __init__(self, app: Any, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        sock = environ.get("gunicorn.socket")
+        if not isinstance(sock, socket.socket) or str(environ.get("HTTP_UPGRADE", "")).lower() == "websocket":
+            return self.app(environ, start_response)
+        sock.settimeout(self.seconds)
+        try:
+            return self.app(environ, start_response)
+        finally:
+            sock.settimeout(None)
+
+
 class _Gunicorn(BaseApplication):  # type: ignore[misc]
-    def __init__(self, config: ServerConfig, options: dict[str, Any], make_app: Callable[[ServerConfig], Any]) -> None:
+    def __init__(self, config: ServerConfig, options: dict[str, Any], make_app: Callable[[ServerConfig], Any],
+                 body_timeout: float) -> None:
         self._config = config
         self._make_app = make_app
         self._options = options
+        self._body_timeout = body_timeout
         super().__init__()
 
     def load_config(self) -> None:
@@ -154,12 +234,13 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Any:
         # Called in the worker process, after the fork: the stores and Spark's JVM belong to it.
-        return self._make_app(self._config)
+        return BodyIdleTimeout(self._make_app(self._config), self._body_timeout)
 
 
 def serve(config: ServerConfig, host: str, port: int, threads: int = 16, header_timeout: float = HEADER_TIMEOUT,
-          make_app: Callable[[ServerConfig], Any] = create_app) -> None:
-    worker = type("HeaderGateWorker", (HeaderGateWorker,), {"header_timeout": header_timeout})
+          make_app: Callable[[ServerConfig], Any] = create_app, body_timeout: float = BODY_TIMEOUT) -> None:
+    worker = type("HeaderGateWorker", (HeaderGateWorker,), {"header_timeout": header_timeout,
+                                                            "body_timeout": body_timeout})
     _Gunicorn(config, {
         "bind": f"{host}:{port}",
         "workers": 1,
@@ -169,4 +250,4 @@ def serve(config: ServerConfig, host: str, port: int, threads: int = 16, header_
         "graceful_timeout": 10,
         "accesslog": "-",
         "loglevel": "info",
-    }, make_app).run()
+    }, make_app, body_timeout).run()

@@ -22,6 +22,25 @@ class ServiceNotAllowed(EngineError):
     status_hint = 403
 
 
+class ServiceLoop(EngineError):
+    """A SERVICE call that would go deeper than the hops a chain of SERVICE calls may take (508 Loop Detected,
+    RFC 5842): a query that calls this server back, directly or through other servers."""
+
+    status_hint = 508
+
+
+class ServiceFailed(EngineError):
+    """A remote SERVICE endpoint that did not answer with SPARQL results (its status is named, never its body)."""
+
+    status_hint = 502
+
+
+class EvaluationStopped(EngineError):
+    """An evaluation ended on purpose before it finished (its client went away: nobody is left to answer)."""
+
+    status_hint = 503
+
+
 class EventSourceInvalid(EngineError):
     """An EVENT that reads no stream of this server (or none at all where no stream is being queried)."""
 

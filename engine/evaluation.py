@@ -28,9 +28,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from pyoxigraph import (
     Literal,
@@ -45,7 +46,7 @@ from pyoxigraph import (
 )
 
 from engine.cache import StaticResults, is_static
-from engine.errors import EventSourceInvalid, ServiceNotAllowed, WindowNotComplete
+from engine.errors import EventSourceInvalid, ServiceFailed, ServiceLoop, ServiceNotAllowed, WindowNotComplete
 from engine.events import checked_events, substitute_matches
 from engine.results import (
     SKOLEM_PREFIX,
@@ -103,17 +104,31 @@ class QueryTarget:
     elements_key: str | None = None
 
 
+#: The header an HTTP SERVICE call carries: how many SERVICE calls led to it. A request that arrives with it (this
+#: server called through a chain of SERVICE calls, possibly itself under another name) passes it on plus one.
+HOPS_HEADER = "Concentrator-Service-Hops"
+#: The longest chain of HTTP SERVICE calls a query may start or continue (a deeper one is refused, 508).
+MAX_SERVICE_HOPS = 4
+#: Redirects an HTTP SERVICE call follows, each hop checked against the allowlist.
+MAX_SERVICE_REDIRECTS = 5
+#: The SERVICE hops that led to the request being evaluated (set by the protocol from ``HOPS_HEADER``).
+service_hops: ContextVar[int] = ContextVar("service_hops", default=0)
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
 class HttpResponse(Protocol):
     status_code: int
     content: bytes
     text: str
+    headers: Any
 
 
 class HttpSession(Protocol):
     """What the evaluator needs of ``requests.Session`` (store/ does not import HTTP libraries: the
     protocol layer passes the session in)."""
 
-    def post(self, url: str, *, data: bytes, timeout: float, headers: dict[str, str]) -> HttpResponse: ...
+    def post(self, url: str, *, data: bytes, timeout: float, headers: dict[str, str],
+             allow_redirects: bool = True) -> HttpResponse: ...
 
 
 def host_allowed(url: str, allow_hosts: frozenset[str] | None) -> bool:
@@ -164,8 +179,10 @@ class ExtendedEvaluator:
         self.http_timeout = http_timeout
 
     def with_local_bases(self, local_bases: list[str]) -> ExtendedEvaluator:
-        """The same evaluator for a request arriving at other base IRIs (e.g. ``request.host_url``)."""
-        return ExtendedEvaluator(self.dataset, self.catalog, local_bases, self.http,
+        """The same evaluator for a request arriving at other base IRIs (e.g. ``request.host_url``), which are this
+        server's besides those it knew already (the names it serves under: a request's ``Host`` is the client's
+        word, so a SERVICE to ``localhost`` is in-process whatever ``Host`` said)."""
+        return ExtendedEvaluator(self.dataset, self.catalog, self._bases(local_bases), self.http,
                                  window_timeout=self.window_timeout, http_timeout=self.http_timeout, pins=self.pins,
                                  cache=self.cache, allow_hosts=self.allow_hosts, sequences=self.sequences)
 
@@ -173,9 +190,12 @@ class ExtendedEvaluator:
                  sequences: dict[tuple[str, str], str] | None = None) -> ExtendedEvaluator:
         """The evaluator a rule firing uses: repeating refs named in ``pins`` resolve to the pinned window,
         the others to the latest complete window of the rule's own sequence (``sequences``) without waiting."""
-        return ExtendedEvaluator(self.dataset, self.catalog, local_bases, self.http, window_timeout=0.0,
+        return ExtendedEvaluator(self.dataset, self.catalog, self._bases(local_bases), self.http, window_timeout=0.0,
                                  http_timeout=self.http_timeout, pins=pins, cache=self.cache,
                                  allow_hosts=self.allow_hosts, sequences=sequences)
+
+    def _bases(self, local_bases: list[str]) -> list[str]:
+        return list(dict.fromkeys([*(base.rstrip("/") for base in local_bases), *self.local_bases]))
 
     def _window_of(self, stream: Stream, text: str) -> SelectedWindow:
         if not (self.pins or self.sequences):
@@ -507,17 +527,42 @@ class ExtendedEvaluator:
             return self._inner(part, local).rows
         if self.http is None:
             raise QueryFailed(f"SERVICE <{iri}> is not this server's and no HTTP client is configured")
-        self.check_reachable(iri)
         text = part.inner.original if isinstance(part.inner, ExtendedQuery) else part.inner
-        response = self.http.post(iri, data=text.encode("utf-8"), timeout=self.http_timeout, headers={
-            "Content-Type": "application/sparql-query; charset=utf-8",
-            "Accept": "application/sparql-results+json"})
-        if response.status_code != 200:
-            raise QueryFailed(f"SERVICE <{iri}> answered {response.status_code}: {response.text[:500]}")
-        results = parse_query_results(response.content, QueryResultsFormat.JSON)
+        content = self._remote(iri, text.encode("utf-8"))
+        try:
+            results = parse_query_results(content, QueryResultsFormat.JSON)
+        except (SyntaxError, ValueError):
+            raise ServiceFailed(f"SERVICE <{iri}> did not answer with SPARQL JSON results") from None
         if isinstance(results, QueryBoolean):
             return [{}] if bool(results) else []
         return rows_of(results)
+
+    def _remote(self, iri: str, body: bytes) -> bytes:
+        """POST a query to another endpoint: every redirect hop checked against the allowlist (re-posting the query),
+        one more SERVICE hop announced, and only the status of a failure reported (a remote body is never passed on
+        to the client: it may be an internal page)."""
+        assert self.http is not None
+        hops = service_hops.get() + 1
+        if hops > MAX_SERVICE_HOPS:
+            raise ServiceLoop(f"SERVICE <{iri}> would be the {hops}th SERVICE call of a chain (this request arrived "
+                              f"through {hops - 1}); the limit is {MAX_SERVICE_HOPS}: a query that calls this server "
+                              "back loops")
+        url = iri
+        for _ in range(MAX_SERVICE_REDIRECTS + 1):
+            self.check_reachable(url)
+            response = self.http.post(url, data=body, timeout=self.http_timeout, allow_redirects=False, headers={
+                "Content-Type": "application/sparql-query; charset=utf-8",
+                "Accept": "application/sparql-results+json", HOPS_HEADER: str(hops)})
+            location = response.headers.get("Location") if response.status_code in _REDIRECTS else None
+            if location is None:
+                break
+            url = urljoin(url, location)
+        else:
+            raise ServiceFailed(f"SERVICE <{iri}> redirected more than {MAX_SERVICE_REDIRECTS} times")
+        if response.status_code != 200:
+            moved = f" (redirected to <{url}>)" if url != iri else ""
+            raise ServiceFailed(f"SERVICE <{iri}>{moved} answered HTTP {response.status_code}")
+        return response.content
 
     # -- running pyoxigraph ------------------------------------------------------------------------------
 

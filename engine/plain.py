@@ -7,14 +7,43 @@ the evaluation really happens (the caller writes into a spool before sending any
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import IO, Any
+import time
+from collections.abc import Callable, Iterable
+from typing import IO, Any, cast
 
 from pyoxigraph import Quad, QueryBoolean, QuerySolutions, QueryTriples, RdfFormat, Store, Triple, serialize
 
+from engine.errors import EvaluationStopped
 from store.errors import QueryFailed
 
 PlainResult = QuerySolutions | QueryBoolean | QueryTriples
+STOP_CHECK_SECONDS = 0.05  # how often a result being written asks whether to stop
+
+
+class Watched:
+    """A file being written with a result: its ``write`` (which pyoxigraph calls as it evaluates, the GIL released
+    in between) raises ``EvaluationStopped`` once ``stop()`` says so, asked at most every ``STOP_CHECK_SECONDS``;
+    the exception ends pyoxigraph's evaluation there (its CPU is released at once)."""
+
+    def __init__(self, output: IO[bytes], stop: Callable[[], bool]) -> None:
+        self._output = output
+        self._stop = stop
+        self._next_check = time.monotonic() + STOP_CHECK_SECONDS
+
+    def write(self, data: bytes) -> int:
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + STOP_CHECK_SECONDS
+            if self._stop():
+                raise EvaluationStopped("the client closed its connection: the query was stopped")
+        return self._output.write(data)
+
+    def flush(self) -> None:
+        self._output.flush()
+
+
+def _watched(output: IO[bytes], stop: Callable[[], bool] | None) -> IO[bytes]:
+    return output if stop is None else cast(IO[bytes], Watched(output, stop))  # the file methods pyoxigraph calls
 
 
 def run(store: Store, text: str, *, base_iri: str | None, default_graph: list[Any] | None = None,
@@ -28,19 +57,21 @@ def run(store: Store, text: str, *, base_iri: str | None, default_graph: list[An
         raise QueryFailed(f"query evaluation failed: {error}") from None
 
 
-def write(result: PlainResult, output: IO[bytes], format: Any) -> None:
-    """Serialize a query result (solutions, boolean, triples) in ``format`` (a results or an RDF format)."""
+def write(result: PlainResult, output: IO[bytes], format: Any, stop: Callable[[], bool] | None = None) -> None:
+    """Serialize a query result (solutions, boolean, triples) in ``format`` (a results or an RDF format); ``stop``:
+    asked while it is written, ends the evaluation (``EvaluationStopped``) when it says so (see ``Watched``)."""
     try:
-        result.serialize(output, format)
+        result.serialize(_watched(output, stop), format)
     except SyntaxError as error:
         raise QueryFailed.from_pyoxigraph("query is not valid SPARQL 1.1", error) from None
     except (OSError, RuntimeError, ValueError) as error:
         raise QueryFailed(f"query evaluation failed: {error}") from None
 
 
-def write_rdf(items: Iterable[Quad] | Iterable[Triple], output: IO[bytes], format: RdfFormat) -> None:
-    """Serialize constructed quads or triples (an extended CONSTRUCT's result)."""
+def write_rdf(items: Iterable[Quad] | Iterable[Triple], output: IO[bytes], format: RdfFormat,
+              stop: Callable[[], bool] | None = None) -> None:
+    """Serialize constructed quads or triples (an extended CONSTRUCT's result); ``stop`` as for ``write``."""
     try:
-        serialize(items, output, format)
+        serialize(items, _watched(output, stop), format)
     except (OSError, RuntimeError, ValueError) as error:
         raise QueryFailed(f"query evaluation failed: {error}") from None

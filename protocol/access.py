@@ -1,20 +1,29 @@
-"""Who may do what (issue 6): bearer tokens for writes, a read-only mode, and a request rate limit.
+"""Who may do what (docs/access.md): decided once per request, on its parsed route and parameters, before the view
+runs and before anything is written.
 
-A **write** is anything that changes the server: SPARQL Update, Graph Store Protocol PUT/POST/DELETE, stream
-configuration, upload and punctuation, rule management. Queries are reads, whatever their method (a POST of
-``application/sparql-query`` or a ``query=`` form to ``/sparql`` or a stream IRI).
+Every view declares what it needs with one of three decorators, next to its route:
 
-A WebSocket opened to a stream IRI without ``WINDOWS`` is an upload, hence a write.
+- ``@reads_only``: the route only reads, whatever its method and parameters;
+- ``@writes``: every request to the route changes the server;
+- ``@needs(decide)``: ``decide(parsed)`` says, for the routes where the method or the parameters make the
+  difference (a query or an update posted to ``/sparql``, a query or an upload posted to a stream).
+
+A view that declares nothing is a write (**deny by default**): a new route needs the write token until its author
+says otherwise. ``decide`` functions read the request as the view reads it (``ParsedRequest``: the decoded query
+string and form, never raw bytes), so what the check sees is what the view does.
 
 - ``token``: writes need ``Authorization: Bearer <token>``: none → 401 (with ``WWW-Authenticate``), another →
-  403; nothing is written either way (the check runs before the request body is read).
-- **per-stream write tokens** (``PUT /streams/NAME?write-token=…``, kept as a SHA-256): the stream's uploads,
-  punctuations, reconfiguration and deletion also accept that token (and need it when the server has none).
+  403. Nothing is written either way: the check runs before the view, and reads no body but a form's.
+- **per-stream write tokens** (``PUT /streams/NAME?write-token=…``, kept as a SHA-256): the writes a route marks
+  with ``stream=`` (the stream's uploads, punctuations, reconfiguration and deletion) also accept that token, and
+  need it when the server has none. ``check_stream_write`` applies the same rule where a view learns the stream
+  only from its body (a rule's output stream).
 - ``read_only``: every write → 403.
 - ``rate_limit``: requests per second per client address (a token bucket of one second's worth); beyond it →
   429 with ``Retry-After``.
 
-``classify`` is a pure function of method, path and content type, tested alone.
+``trusted()`` tells a view whether the request carries the server's write token (or no token is configured): a
+read that creates durable state (a window sequence) is bounded per client unless it does (protocol/resume.py).
 """
 
 from __future__ import annotations
@@ -23,31 +32,105 @@ import hashlib
 import hmac
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
 
-from flask import Flask, request
+from flask import Flask, current_app, g, request
+from werkzeug.datastructures import MultiDict
+from werkzeug.routing import Rule
 
 from protocol.errors import HttpProblem
-from protocol.services import services
+from protocol.services import ServerConfig, services
+from store import windows
 
 FORM = "application/x-www-form-urlencoded"
+View = TypeVar("View", bound=Callable[..., Any])
 
 
-def is_write(method: str, path: str, content_type: str, form_has_update: bool, websocket_upload: bool = False) -> bool:
-    """Whether a request changes the server (see the module docstring). ``websocket_upload``: a WebSocket opened
-    to a stream IRI without ``WINDOWS`` (its messages are elements: protocol/websocket.py)."""
-    method = method.upper()
-    if websocket_upload and path.startswith("/streams/"):
-        return True
-    if method in ("GET", "HEAD", "OPTIONS"):
-        return False
-    mimetype = content_type.split(";")[0].strip().lower()
-    if path == "/sparql" or path.startswith("/sparql/"):
-        return mimetype == "application/sparql-update" or (mimetype == FORM and form_has_update)
-    if path.startswith("/streams/") and method == "POST":
-        # a query posted to a stream or windowed IRI reads; anything else posted to a stream appends to it
-        return not (mimetype == "application/sparql-query" or (mimetype == FORM and not form_has_update))
-    return path.startswith(("/store", "/streams/", "/rules/"))
+@dataclass(frozen=True)
+class Need:
+    """What a request needs: a write (``write``) or a read; ``stream``: the stream whose own write token also
+    allows this write; ``what``: the write, named in refusals."""
+
+    write: bool
+    stream: str | None = None
+    what: str = ""
+
+
+READ = Need(False)
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    """A request as the views read it: method, route arguments, decoded query string, media type, and the decoded
+    form fields (a form body only: uploads are never read here)."""
+
+    method: str
+    view_args: dict[str, Any]
+    args: MultiDict[str, str]
+    mimetype: str
+    form: MultiDict[str, str] = field(default_factory=MultiDict)
+    websocket: bool = False
+
+    def parameter(self, name: str) -> bool:
+        """Whether the query string or the form has ``name``."""
+        return name in self.args or name in self.form
+
+
+Decide = Callable[[ParsedRequest], Need]
+
+
+def reads_only(view: View) -> View:
+    """Declare a route that only reads."""
+    view.access = lambda _: READ  # type: ignore[attr-defined]
+    return view
+
+
+def writes(what: str, *, stream_token: bool = False) -> Callable[[View], View]:
+    """Declare a route whose every request changes the server (``stream_token``: the route's ``<name>`` stream's
+    own token also allows it)."""
+    def decide(parsed: ParsedRequest) -> Need:
+        return Need(True, parsed.view_args.get("name") if stream_token else None, what)
+
+    return needs(decide)
+
+
+def needs(decide: Decide) -> Callable[[View], View]:
+    """Declare a route whose method or parameters decide whether it writes."""
+    def declare(view: View) -> View:
+        view.access = decide  # type: ignore[attr-defined]
+        return view
+
+    return declare
+
+
+def declared(view: Callable[..., Any] | None) -> Decide | None:
+    """The access a view declared, None when it declared none (then it is a write)."""
+    decide: Decide | None = getattr(view, "access", None)
+    return decide
+
+
+def parsed_request() -> ParsedRequest:
+    """The current request, parsed as the views parse it (the form only for a form body)."""
+    mimetype = (request.mimetype or "").lower()
+    form: MultiDict[str, str] = MultiDict(request.form) if mimetype == FORM else MultiDict()
+    return ParsedRequest(request.method.upper(), dict(request.view_args or {}), MultiDict(request.args), mimetype,
+                         form, is_websocket(request.environ))
+
+
+def need_of(app: Flask, parsed: ParsedRequest, rule: Rule | None) -> Need:
+    """What a request matching ``rule`` needs; a route without a declaration is a write."""
+    if rule is None:  # no route matched: the 404/405 the view never runs for
+        return READ
+    if parsed.method == "OPTIONS" and getattr(rule, "provide_automatic_options", False):  # Flask answers it alone
+        return READ
+    endpoint = rule.endpoint
+    decide = declared(app.view_functions.get(endpoint))
+    if decide is None:
+        return Need(True, None, f"{parsed.method} {request.path}")
+    return decide(parsed)
 
 
 @dataclass
@@ -71,9 +154,12 @@ class RateLimiter:
             return (1 - tokens) / self.rate
 
 
-def install(app: Flask, token: str | None, read_only: bool, rate_limit: float | None) -> None:
-    """Check every request before it is handled."""
-    limiter = RateLimiter(rate_limit) if rate_limit else None
+def install(app: Flask, config: ServerConfig) -> None:
+    """Check every request before its view runs (see the module docstring)."""
+    token = config.token
+    limiter = RateLimiter(config.rate_limit) if config.rate_limit else None
+    app.config["CONCENTRATOR_TOKEN"] = token
+    app.config["CONCENTRATOR_READ_ONLY"] = config.read_only
 
     @app.before_request
     def _check() -> None:
@@ -82,28 +168,88 @@ def install(app: Flask, token: str | None, read_only: bool, rate_limit: float | 
             if wait is not None:
                 raise HttpProblem(f"too many requests from {request.remote_addr}: the limit is {limiter.rate:g} per "
                                   f"second; retry in {wait:.1f} s", 429, {"Retry-After": str(max(1, round(wait)))})
-        form_has_update = "update" in request.args or (
-            (request.mimetype or "") == FORM and b"update=" in request.get_data(cache=True)[:65536])
-        upload = is_websocket(request.environ) and "WINDOWS" not in request.args
-        if not is_write(request.method, request.path, request.content_type or "", form_has_update, upload):
-            return
-        if read_only:
-            raise HttpProblem(f"this server is read-only: {request.method} {request.path} would change it", 403)
-        stream_token = _stream_token(request.path)
-        if token is None and stream_token is None:
-            return
-        header = request.headers.get("Authorization", "")
-        scheme, _, given = header.partition(" ")
-        given = given.strip()
-        if scheme.lower() != "bearer" or not given:
-            raise HttpProblem(f"{request.method} {request.path} changes the server: send Authorization: Bearer "
-                              "<token>", 401, {"WWW-Authenticate": 'Bearer realm="concentrator"'})
-        if token is not None and hmac.compare_digest(given.encode(), token.encode()):
-            return
-        if stream_token is not None and hmac.compare_digest(token_hash(given), stream_token):
-            return
-        which = "this server's or this stream's" if stream_token is not None else "this server's"
-        raise HttpProblem(f"the bearer token is not {which} write token", 403)
+        need = need_of(app, parsed_request(), request.url_rule)
+        g.access_trusted = token is not None and _bearer_is(token)
+        g.access_need = need
+        if need.write:
+            _check_write(need)
+        if not need.write and not g.access_trusted:  # a read that registers a window sequence is bounded
+            client = request.remote_addr or ""
+            g.access_registrar = windows.registrar.set(windows.Registrar(client, partial(
+                _admit_sequence, client, config.sequences_per_client)))
+
+    @app.teardown_request
+    def _forget(_error: BaseException | None) -> None:
+        registered = g.pop("access_registrar", None)
+        if registered is not None:
+            windows.registrar.reset(registered)
+
+
+def _admit_sequence(client: str, limit: int, ref: str) -> None:
+    """A read by ``client`` would register a new window sequence of ``ref``: refuse it past ``limit`` live ones.
+    Sequences nobody reads are retired after a while (store.windows.RETIRE_AFTER_SECONDS), which frees the client's
+    budget; the server's write token registers without a bound."""
+    catalog = services().streams
+    held = sum(stream.windows.held_by(client) for stream in map(catalog.find, catalog.names()) if stream is not None)
+    if held >= limit:
+        raise HttpProblem(
+            f"WINDOWS={ref} would register a new window sequence, and {client} already has {held} registered by its "
+            f"reads (the limit is {limit}, server option --sequences-per-client): reuse a sequence (sequence=ID, or "
+            "the same WindowRef while it is registered), wait until unused ones retire "
+            f"({windows.RETIRE_AFTER_SECONDS / 60:g} minutes unused), or send the write token", 429,
+            {"Retry-After": str(int(windows.RETIRE_AFTER_SECONDS))})
+
+
+def _check_write(need: Need) -> None:
+    """Refuse a write the server's mode or the request's bearer token does not allow: 403 on a read-only server,
+    else 401 without a token, 403 with another."""
+    what = need.what or f"{request.method} {request.path}"
+    if current_app.config.get("CONCENTRATOR_READ_ONLY"):
+        raise HttpProblem(f"this server is read-only: {what} would change it", 403)
+    token: str | None = current_app.config.get("CONCENTRATOR_TOKEN")
+    stream_token = _stream_token(need.stream)
+    if token is None and stream_token is None:
+        return
+    given = _bearer()
+    if not given:
+        raise HttpProblem(f"{what} changes the server: send Authorization: Bearer <token>", 401,
+                          {"WWW-Authenticate": 'Bearer realm="concentrator"'})
+    if token is not None and hmac.compare_digest(given.encode(), token.encode()):
+        return
+    if stream_token is not None and hmac.compare_digest(token_hash(given), stream_token):
+        return
+    which = "this server's or this stream's" if stream_token is not None else "this server's"
+    raise HttpProblem(f"the bearer token is not {which} write token", 403)
+
+
+def check_stream_write(stream: str, what: str) -> None:
+    """For a write a view finds only in its body: refuse it unless the request may write to ``stream`` (its own
+    token, or the server's; nothing needed when neither is set). The route's own check has already run."""
+    _check_write(Need(True, stream, what))
+
+
+def ensure_write(what: str, stream: str | None = None) -> None:
+    """Called by a view just before it writes, where its route declared that the parameters decide: if the
+    declaration classified this request as a read, the write check runs now (a declaration that disagrees with its
+    view can refuse a write, never let one through)."""
+    need: Need | None = g.get("access_need")
+    if need is None or not need.write:
+        _check_write(Need(True, stream, what))
+
+
+def trusted() -> bool:
+    """Whether the current request carries the server's write token (on a server without one, none does)."""
+    return bool(g.get("access_trusted", False))
+
+
+def _bearer() -> str:
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return given.strip() if scheme.lower() == "bearer" else ""
+
+
+def _bearer_is(token: str) -> bool:
+    given = _bearer()
+    return bool(given) and hmac.compare_digest(given.encode(), token.encode())
 
 
 def is_websocket(environ: dict[str, object]) -> bool:
@@ -116,11 +262,9 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def _stream_token(path: str) -> str | None:
-    """The write-token hash of the stream ``/streams/NAME`` addresses (its uploads, punctuation, reconfiguration
-    and deletion), if it has one."""
-    parts = path.strip("/").split("/")
-    if len(parts) != 2 or parts[0] != "streams":
+def _stream_token(name: str | None) -> str | None:
+    """The write-token hash of stream ``name``, if it exists and has one."""
+    if name is None:
         return None
-    stream = services().streams.find(parts[1])
+    stream = services().streams.find(name)
     return None if stream is None else stream.config.write_token_sha256

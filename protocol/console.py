@@ -10,6 +10,7 @@ from pathlib import Path
 
 from flask import Blueprint, Response, send_from_directory
 
+from protocol.access import reads_only
 from protocol.errors import NotFound
 from protocol.parameters import reads
 
@@ -27,6 +28,7 @@ SECURITY_HEADERS = {
 
 
 @bp.route("/", methods=["GET"])
+@reads_only
 @reads()
 def home() -> Response:
     """A page that links to the console, /status, /metrics and the stream list."""
@@ -34,12 +36,14 @@ def home() -> Response:
 
 
 @bp.route("/console", methods=["GET"])
+@reads_only
 @reads()
 def console() -> Response:
     return _file("index.html")
 
 
 @bp.route("/console/<name>", methods=["GET"])
+@reads_only
 @reads()
 def asset(name: str) -> Response:
     if name not in ASSETS:

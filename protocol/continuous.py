@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import select
-import socket
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -35,7 +33,7 @@ from flask import Response, request
 
 from protocol.errors import BadRequest
 from protocol.packaging import WEBSOCKET, Packager, choose
-from protocol.responses import bounds_headers
+from protocol.responses import bounds_headers, gunicorn_client_gone
 from protocol.resume import (
     Start,
     check_available,
@@ -209,22 +207,6 @@ def first_arrival(ref: WindowRef, stream: Stream) -> int:
     if type(ref.start).__name__ == "Instant":
         return stream.first_ordinal
     return stream.head() + 1
-
-
-def gunicorn_client_gone(environ: dict[str, Any]) -> Callable[[], bool]:
-    """Whether the client closed its connection (gunicorn's socket reads EOF); never, elsewhere."""
-    sock = environ.get("gunicorn.socket")
-    if not isinstance(sock, socket.socket):
-        return lambda: False
-
-    def gone() -> bool:
-        try:
-            readable, _, _ = select.select([sock], [], [], 0)
-            return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):
-            return True
-
-    return gone
 
 
 def registration_for(stream: Stream, ref: WindowRef, packager: Packager, client: str) -> Registration:

@@ -56,6 +56,17 @@ class MethodNotAllowed(HttpProblem):
     status_hint = 405
 
 
+class BodyStalled(HttpProblem):
+    """A read of the request body timed out (the server's body timeout, concentrator/server.py, raises
+    ``TimeoutError`` in the read): the client stopped sending."""
+
+    status_hint = 408
+
+    def __init__(self) -> None:
+        super().__init__("the request's body stopped arriving for longer than the server's --body-timeout",
+                         headers={"Connection": "close"})
+
+
 def error_response(error: ConcentratorError) -> Response:
     """An error as the client gets it: its status hint, its message, its headers."""
     if error.status_hint >= 500:
@@ -67,6 +78,10 @@ def error_response(error: ConcentratorError) -> Response:
 
 def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(ConcentratorError, error_response)
+
+    @app.errorhandler(TimeoutError)
+    def _stalled(_error: TimeoutError) -> Response:
+        return error_response(BodyStalled())
 
     @app.errorhandler(HTTPException)
     def _http(error: HTTPException) -> Response:

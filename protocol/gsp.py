@@ -14,6 +14,7 @@ from flask import Blueprint, Response, request
 from pyoxigraph import DefaultGraph, NamedNode, RdfFormat, serialize
 
 from protocol import memento
+from protocol.access import READ, Need, needs
 from protocol.bodies import revision_parameter, upload_limit
 from protocol.errors import BadRequest, NotAcceptable, UnsupportedMediaType
 from protocol.negotiation import (
@@ -57,6 +58,7 @@ def _target(subpath: str | None) -> GraphName | None:
 
 @bp.route("/store", methods=METHODS)
 @bp.route("/store/<path:subpath>", methods=METHODS)
+@needs(lambda parsed: READ if parsed.method in ("GET", "HEAD") else Need(True, what=f"Graph Store {parsed.method}"))
 @reads("default", "graph", "revision-id")
 def graph_store(subpath: str | None = None) -> Response:
     target = _target(subpath)

@@ -13,6 +13,7 @@ import hashlib
 from flask import Blueprint, Response, request
 from pyoxigraph import RdfFormat, parse, serialize
 
+from protocol.access import reads_only
 from protocol.errors import NotAcceptable
 from protocol.negotiation import best_media_type
 from protocol.parameters import reads
@@ -33,6 +34,7 @@ MUTABLE = "max-age=1"
 
 
 @bp.route("/streams/<name>/ldes", methods=["GET", "HEAD"])
+@reads_only
 @reads()
 def view(name: str) -> Response:
     stream = services().streams.get(name)
@@ -41,6 +43,7 @@ def view(name: str) -> Response:
 
 
 @bp.route("/streams/<name>/ldes/<start>", methods=["GET", "HEAD"])
+@reads_only
 @reads()
 def page(name: str, start: str) -> Response:
     stream = services().streams.get(name)

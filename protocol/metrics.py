@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from protocol.access import reads_only
 from protocol.parameters import reads
 from protocol.services import services_of
 from protocol.status import status_document
@@ -37,6 +38,7 @@ def install(app: Flask) -> None:
 
 
 @bp.route("/metrics", methods=["GET"])
+@reads_only
 @reads()
 def metrics() -> Response:
     registry: CollectorRegistry = current_app.extensions[REGISTRY_KEY]

@@ -17,6 +17,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
+from protocol.access import reads_only, writes
 from protocol.bodies import text_body
 from protocol.errors import BadRequest, HttpProblem, NotAcceptable
 from protocol.negotiation import body_media_type
@@ -43,18 +44,21 @@ def registry() -> PublicationRegistry:
 
 
 @bp.route("/streams/<name>/publications", methods=["GET"])
+@reads_only
 @reads()
 def list_publications(name: str) -> Response:
     return jsonify({"publications": registry().describe(name)})
 
 
 @bp.route("/streams/<name>/publications/<publication>", methods=["GET"])
+@reads_only
 @reads()
 def get_publication(name: str, publication: str) -> Response:
     return jsonify(registry().describe(name, publication)[0])
 
 
 @bp.route("/streams/<name>/publications/<publication>", methods=["DELETE"])
+@writes("deleting a publication")
 @reads()
 def delete_publication(name: str, publication: str) -> Response:
     registry().delete(name, publication)
@@ -62,6 +66,7 @@ def delete_publication(name: str, publication: str) -> Response:
 
 
 @bp.route("/streams/<name>/publications/<publication>", methods=["PUT"])
+@writes("a publication")
 @reads()
 def put_publication(name: str, publication: str) -> Response:
     found = registry()

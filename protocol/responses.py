@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import IO
+import select
+import socket
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 from flask import Response
 
@@ -64,3 +66,19 @@ def window_headers(selected: SelectedWindow) -> dict[str, str]:
                                                   "Window-Id": selected.revision_id or ""}
     return {**identity, **bounds_headers(selected.kind, selected.start, selected.end),
             "Window-Elements": str(len(selected.ordinals))}
+
+
+def gunicorn_client_gone(environ: dict[str, Any]) -> Callable[[], bool]:
+    """Whether the client closed its connection (gunicorn's socket reads EOF); never, elsewhere."""
+    sock = environ.get("gunicorn.socket")
+    if not isinstance(sock, socket.socket):
+        return lambda: False
+
+    def gone() -> bool:
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+            return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+    return gone

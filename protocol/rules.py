@@ -21,11 +21,13 @@ from collections.abc import Callable, Collection
 
 from flask import Blueprint, Response, jsonify, request
 
+from protocol.access import check_stream_write, reads_only, writes
 from protocol.bodies import text_body
 from protocol.errors import BadRequest, HttpProblem, UnsupportedMediaType
 from protocol.parameters import name_list, near_miss, reads
 from protocol.services import PublicationRegistry, rule_publication, services
 from protocol.stream_params import mqtt_topic_filter
+from rules.analysis import output_stream_name
 from rules.registry import Rule, RuleRegistry, RuleSpec
 from sparql_ext.errors import ConcentratorError
 
@@ -77,6 +79,7 @@ def _event_status(rule: Rule) -> dict[str, object] | None:
 
 
 @bp.route("/rules", methods=["GET"])
+@reads_only
 @reads("fields")
 def list_rules() -> Response:
     fields = name_list("fields", _RULE_FIELDS, "rule field")
@@ -84,6 +87,7 @@ def list_rules() -> Response:
 
 
 @bp.route("/rules/<name>", methods=["PUT"])
+@writes("registering a rule")
 @reads("output", "report", "operator", "publish")
 def put_rule(name: str) -> Response:
     content_type = (request.mimetype or "").lower()
@@ -98,6 +102,7 @@ def put_rule(name: str) -> Response:
     publications = services().connectors.publications
     _check_publish(publish, "publish=")
     previous = _registry().find(name)
+    _check_outputs([(name, output, previous)], base)
     rule, created = _registry().put(name, text, output, base, request.args.get("report"), request.args.get("operator"),
                                     publish)
     if publications is not None:
@@ -113,6 +118,7 @@ BULK_FIELDS = {"name": True, "query": True, "output": True, "report": False, "op
 
 
 @bp.route("/rules", methods=["PUT"])
+@writes("registering rules")
 @reads()
 def put_rules() -> Response:
     if (request.mimetype or "").lower() != "application/json":
@@ -129,6 +135,7 @@ def put_rules() -> Response:
     specs = [_bulk_spec(index, entry, base) for index, entry in enumerate(entries)]
     registry = _registry()
     previous = {spec.name: registry.find(spec.name) for spec in specs}
+    _check_outputs([(spec.name, spec.output, previous[spec.name]) for spec in specs], base)
     made = registry.put_many(specs)
     publications = services().connectors.publications
     if publications is not None:
@@ -163,6 +170,18 @@ def _bulk_spec(index: int, entry: object, base: str) -> RuleSpec:
                     entry.get("operator") or None, publish)
 
 
+def _check_outputs(changes: list[tuple[str, str | None, Rule | None]], base: str) -> None:
+    """A rule writes into its output stream: registering, replacing or deleting it needs the write token of the
+    stream it will write into and of the one it wrote into, where those streams have their own (or the server's).
+    ``changes``: (rule name, its new output or None, the rule it replaces or deletes)."""
+    for name, output, previous in changes:
+        streams = {previous.output} if previous is not None else set()
+        if output is not None:
+            streams.add(output_stream_name(output, base))
+        for stream in sorted(streams):
+            check_stream_write(stream, f"rule {name!r}, which writes into stream {stream!r},")
+
+
 def _check_publish(topic: str | None, where: str) -> None:
     """A rule's MQTT topic is a topic name, and the server has a broker to publish to."""
     if topic is None:
@@ -173,6 +192,7 @@ def _check_publish(topic: str | None, where: str) -> None:
 
 
 @bp.route("/rules/<name>", methods=["GET"])
+@reads_only
 @reads()
 def get_rule(name: str) -> Response:
     rule = _registry().get(name)
@@ -183,9 +203,11 @@ def get_rule(name: str) -> Response:
 
 
 @bp.route("/rules/<name>", methods=["DELETE"])
+@writes("deleting a rule")
 @reads()
 def delete_rule(name: str) -> Response:
     rule = _registry().get(name)
+    _check_outputs([(name, None, rule)], rule.base)
     _registry().delete(name)
     publications = services().connectors.publications
     if publications is not None:

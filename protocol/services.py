@@ -8,7 +8,8 @@ live here too: they are the HTTP layer's own state.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -16,6 +17,7 @@ from typing import Any, Protocol, cast
 import requests
 from flask import Flask, current_app
 
+from engine.errors import EvaluationStopped
 from engine.evaluation import ExtendedEvaluator, HttpSession
 from protocol.window_results import SharedResults
 from rules.event_rules import EventRules
@@ -38,6 +40,8 @@ class ServerConfig:
     rate_limit: float | None = None  # requests per second per client address; None: no limit
     service_allow: tuple[str, ...] | None = None  # hosts SERVICE may reach over HTTP; None: any
     framing_processes: int = 2  # processes writing uploads' large segments (store.canonical); 0: request threads
+    sequences_per_client: int = 64  # live window sequences a client's reads may register (protocol/access.py)
+    base_urls: tuple[str, ...] = ()  # the URLs this server answers at (a SERVICE to them is evaluated in-process)
 
 
 @dataclass
@@ -79,6 +83,33 @@ class Registrations:
     def status(self) -> list[dict[str, Any]]:
         with self._lock:
             return [asdict(r) for r in self._items.values()]
+
+
+@dataclass
+class QueryStats:
+    """The queries being evaluated for clients now, and those stopped because their client went away (``/status``,
+    ``queries``)."""
+
+    running: int = 0
+    stopped_client_gone: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @contextmanager
+    def evaluating(self) -> Iterator[None]:
+        with self._lock:
+            self.running += 1
+        try:
+            yield
+        except EvaluationStopped:
+            with self._lock:
+                self.stopped_client_gone += 1
+            raise
+        finally:
+            with self._lock:
+                self.running -= 1
+
+    def status(self) -> dict[str, int]:
+        return {"running": self.running, "stopped_client_gone": self.stopped_client_gone}
 
 
 @dataclass(frozen=True)
@@ -152,6 +183,7 @@ class Services:
     connectors: Connectors = field(default_factory=Connectors)  # MQTT (serve --mqtt), set by the composition root
     event_rules: EventRules | None = None  # the workers of rules with MATCH (fired per element, no pipeline needed)
     framing: FramingProcesses = field(default_factory=lambda: FramingProcesses(0))  # uploads' large segments
+    queries: QueryStats = field(default_factory=QueryStats)  # queries being evaluated for clients
 
     @classmethod
     def open(cls, config: ServerConfig) -> Services:
@@ -161,7 +193,7 @@ class Services:
         streams = StreamCatalog(config.data_dir / "streams", in_memory=config.in_memory)
         allow = None if config.service_allow is None else frozenset(config.service_allow)
         http = cast(HttpSession, requests.Session())  # what the evaluator uses of it (engine imports no HTTP library)
-        evaluator = ExtendedEvaluator(dataset, streams, [], http, allow_hosts=allow)
+        evaluator = ExtendedEvaluator(dataset, streams, list(config.base_urls), http, allow_hosts=allow)
         rules = RuleRegistry(config.data_dir / "rules", evaluator)
         return cls(dataset, streams, evaluator, rules, event_rules=EventRules(rules),
                    framing=FramingProcesses(config.framing_processes))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -14,7 +15,8 @@ from werkzeug.datastructures import MultiDict
 from engine import plain
 from engine.evaluation import ExtendedEvaluator, QueryTarget
 from engine.results import ConstructedQuads, ConstructedTriples
-from protocol.bodies import revision_parameter, text_body
+from protocol.access import READ, Need, ParsedRequest, ensure_write, needs
+from protocol.bodies import text_body
 from protocol.errors import BadRequest, MethodNotAllowed, NotAcceptable, UnsupportedMediaType
 from protocol.negotiation import (
     DATASET_FORMATS,
@@ -25,7 +27,7 @@ from protocol.negotiation import (
     is_utf8,
 )
 from protocol.parameters import reads
-from protocol.responses import empty_response, revision_headers, spooled_response
+from protocol.responses import empty_response, gunicorn_client_gone, revision_headers, spooled_response
 from protocol.services import services
 from sparql_ext import QuerySyntaxError, parse_events, parse_extended
 from sparql_ext.lexer import check_raw_nesting
@@ -43,6 +45,7 @@ class SparqlRequest:
     text: str
     default_graphs: list[str] = field(default_factory=list)
     named_graphs: list[str] = field(default_factory=list)
+    revision: str | None = None  # revision-id=, in the query string or the form
 
 
 def _dataset() -> RevisionedDataset:
@@ -82,25 +85,40 @@ def read_sparql_request() -> SparqlRequest:
                          f"{len(queries)} queries and {len(updates)} updates)")
     if updates and request.method == "GET":
         raise BadRequest("an update must be sent with POST, not GET (SPARQL 1.1 Protocol §2.2)")
+    revisions = params.getlist("revision-id")
+    if len(revisions) > 1:
+        raise BadRequest("revision-id is given more than once; give one revision")
     if updates:
+        if revisions and revisions[0]:
+            raise BadRequest("revision-id selects a revision to read; updates always apply to HEAD")
         return SparqlRequest("update", updates[0], params.getlist("using-graph-uri"),
                              params.getlist("using-named-graph-uri"))
     return SparqlRequest("query", queries[0], params.getlist("default-graph-uri"),
-                         params.getlist("named-graph-uri"))
+                         params.getlist("named-graph-uri"), revisions[0] if revisions else None)
 
 
 def _iris(values: list[str], parameter: str) -> list[NamedNode]:
     return [named_node(v, parameter) for v in values]
 
 
+def sparql_need(parsed: ParsedRequest) -> Need:
+    """A query is a read (GET, or POST of a query or a ``query=`` form); an update, or anything else, a write."""
+    if parsed.mimetype == "application/sparql-update" or parsed.parameter("update"):
+        return Need(True, what="SPARQL Update")
+    query_body = parsed.mimetype in (FORM, "application/sparql-query")
+    if parsed.method in ("GET", "HEAD") or (parsed.method == "POST" and query_body):
+        return READ
+    return Need(True, what=f"{parsed.method} /sparql")
+
+
 @bp.route("/sparql", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+@needs(sparql_need)
 @reads("query", "update", "default-graph-uri", "named-graph-uri", "using-graph-uri", "using-named-graph-uri",
        "revision-id")
 def sparql_endpoint() -> Response:
     operation = read_sparql_request()
     if operation.kind == "update":
-        if request.args.get("revision-id"):
-            raise BadRequest("revision-id selects a revision to read; updates always apply to HEAD")
+        ensure_write("SPARQL Update")
         commit = _dataset().update(
             operation.text, base_iri=request.base_url,
             using=operation.default_graphs, using_named=operation.named_graphs)
@@ -110,7 +128,7 @@ def sparql_endpoint() -> Response:
 
 def evaluate_query(operation: SparqlRequest) -> Response:
     dataset = _dataset()
-    ordinal = dataset.resolve(revision_parameter())
+    ordinal = dataset.resolve(operation.revision)
     default_graph = _iris(operation.default_graphs, "default-graph-uri") or None
     named_graphs = _iris(operation.named_graphs, "named-graph-uri") or None
     if named_graphs is not None and default_graph is None:
@@ -135,7 +153,8 @@ def _evaluator() -> ExtendedEvaluator:
     return services().evaluator
 
 
-_EXTENSION_WORDS = re.compile(r"\b(REVISION|WINDOWS|THEN)\b", re.IGNORECASE)
+# SERVICE too: pyoxigraph would call a SERVICE itself, over HTTP, past the allowlist; only the engine may call one
+_EXTENSION_WORDS = re.compile(r"\b(REVISION|WINDOWS|THEN|SERVICE)\b", re.IGNORECASE)
 
 
 def is_extended(text: str, base_iri: str | None) -> bool:
@@ -157,29 +176,39 @@ def is_extended(text: str, base_iri: str | None) -> bool:
 
 
 def serialize_result(result: Any) -> tuple[IO[bytes], str]:
-    """Serialize a query result (plain or extended) in the format the request's Accept prefers."""
-    accept = request.headers.get("Accept")
+    """Serialize a query result (plain or extended) in the format the request's Accept prefers. pyoxigraph evaluates
+    as it writes: a client that goes away meanwhile stops the evaluation (``plain.Watched``)."""
     spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
+    try:
+        with services().queries.evaluating():
+            return spool, _write_result(result, spool, gunicorn_client_gone(request.environ))
+    except BaseException:
+        spool.close()
+        raise
+
+
+def _write_result(result: Any, spool: IO[bytes], stop: Callable[[], bool]) -> str:
+    accept = request.headers.get("Accept")
     if isinstance(result, ConstructedQuads):
         mimetype = best_media_type(accept, list(DATASET_FORMATS))
         if mimetype is None:
             raise NotAcceptable("CONSTRUCT with GRAPH in its template gives a dataset, available as: "
                                 + ", ".join(DATASET_FORMATS))
-        plain.write_rdf(result, spool, DATASET_FORMATS[mimetype])
+        plain.write_rdf(result, spool, DATASET_FORMATS[mimetype], stop)
     elif isinstance(result, ConstructedTriples | QueryTriples):
         mimetype = best_media_type(accept, list(GRAPH_FORMATS))
         if mimetype is None:
             raise NotAcceptable("CONSTRUCT/DESCRIBE results are available as: " + ", ".join(GRAPH_FORMATS))
         if isinstance(result, QueryTriples):
-            plain.write(result, spool, GRAPH_FORMATS[mimetype])
+            plain.write(result, spool, GRAPH_FORMATS[mimetype], stop)
         else:
-            plain.write_rdf(result, spool, GRAPH_FORMATS[mimetype])
+            plain.write_rdf(result, spool, GRAPH_FORMATS[mimetype], stop)
     else:
         mimetype = best_media_type(accept, list(RESULTS_FORMATS))
         if mimetype is None:
             raise NotAcceptable("SELECT/ASK results are available as: " + ", ".join(RESULTS_FORMATS))
-        plain.write(result, spool, RESULTS_FORMATS[mimetype])
-    return spool, mimetype
+        plain.write(result, spool, RESULTS_FORMATS[mimetype], stop)
+    return mimetype
 
 
 def run_query(store: Store, text: str, default_graph: list[Any] | None,

@@ -9,6 +9,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify
 from prometheus_client import ProcessCollector
 
+from protocol.access import reads_only
 from protocol.parameters import name_list, reads
 from protocol.rules import rule_json
 from protocol.services import ServerConfig, Services, services
@@ -19,6 +20,7 @@ bp = Blueprint("status", __name__)
 
 
 @bp.route("/status", methods=["GET"])
+@reads_only
 @reads("sections")
 def status() -> Response:
     sections = name_list("sections", SECTIONS, "status section")
@@ -44,6 +46,7 @@ SECTIONS: dict[str, Callable[[Services, ServerConfig], Any]] = {
     # static rule parts (SERVICE ?var prefixes, SERVICE <…/sparql>, sub-SELECTs) evaluated once per dataset revision
     "static_cache": lambda served, _: served.evaluator.cache.status(),
     "continuous": lambda served, _: served.continuous.status(),  # registrations of continuous responses
+    "queries": lambda served, _: served.queries.status(),  # being evaluated; stopped because their client left
     "continuous_window_results": lambda served, _: served.window_results.status(),
     "connectors": lambda served, _: served.connector_status(),  # streams following an LDES: pages, members, errors
     "mqtt": lambda served, _: served.connectors.status(),  # per stream and topic: messages, elements, lag, …

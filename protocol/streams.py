@@ -14,9 +14,10 @@ from pyoxigraph import Literal, NamedNode, RdfFormat, serialize
 from engine.evaluation import QueryTarget
 from engine.selection import SelectedWindow, revision_selection, revision_window, select_window
 from protocol import memento
+from protocol.access import READ, Need, ParsedRequest, ensure_write, needs, reads_only
 from protocol.bodies import revision_parameter, text_body
 from protocol.continuous import continuous_response, wants_continuous
-from protocol.errors import BadRequest, NotAcceptable, UnsupportedMediaType
+from protocol.errors import BadRequest, BodyStalled, NotAcceptable, UnsupportedMediaType
 from protocol.incremental import available_reader, drain
 from protocol.negotiation import BODY_FORMATS, DATASET_FORMATS, best_media_type, body_media_type, is_utf8
 from protocol.parameters import reads
@@ -69,6 +70,7 @@ def _catalog() -> StreamCatalog:
 
 
 @bp.route("/streams", methods=["GET"])
+@reads_only
 @reads("iri")  # the others go on to the stream, which checks them
 def list_streams() -> Response:
     """Every stream; with ``iri=`` a redirect to the stream an alias IRI (e.g. urn:uuid:…) names,
@@ -85,7 +87,29 @@ def list_streams() -> Response:
     return Response(status=303, headers={"Location": location})
 
 
+def stream_need(parsed: ParsedRequest) -> Need:
+    """GET reads; a POST with ``WINDOWS`` or a query reads (a continuous response or a query over a window); every
+    other POST appends (an upload or a punctuation), PUT configures and DELETE deletes: writes the stream's own
+    token also allows. ``stream_resource`` dispatches by the same tests (``carries_query``)."""
+    name = parsed.view_args["name"]
+    if parsed.websocket:
+        return READ if "WINDOWS" in parsed.args else Need(True, name, f"a WebSocket upload to stream {name!r}")
+    if parsed.method in ("GET", "HEAD"):
+        return READ
+    if parsed.method == "POST" and ("WINDOWS" in parsed.args or carries_query(parsed)):
+        return READ
+    what = {"PUT": "configuring stream", "DELETE": "deleting stream", "POST": "an upload or punctuation to stream"}
+    return Need(True, name, f"{what.get(parsed.method, parsed.method)} {name!r}")
+
+
+def carries_query(parsed: ParsedRequest) -> bool:
+    """Whether a request to a stream IRI carries a SPARQL query (``query=``, a query body, or a form's ``query``)."""
+    return "query" in parsed.args or parsed.mimetype == "application/sparql-query" or (
+        parsed.mimetype == FORM and "query" in parsed.form)
+
+
 @bp.route("/streams/<name>", methods=["GET", "HEAD", "PUT", "POST", "DELETE"])
+@needs(stream_need)
 @reads(*STREAM_PARAMETERS)
 def stream_resource(name: str) -> Response:
     if request.method == "PUT":
@@ -117,6 +141,7 @@ def stream_resource(name: str) -> Response:
 
 
 @bp.route("/streams/<name>", methods=["GET"], websocket=True)
+@needs(stream_need)
 @reads(*STREAM_PARAMETERS)
 def stream_websocket(name: str) -> Response:
     """A WebSocket at the stream IRI: window results with ``WINDOWS=R…``, else an upload (protocol/websocket.py)."""
@@ -157,6 +182,7 @@ ELEMENTS_LIMIT = 10_000  # records per GET /streams/{name}/elements page
 
 
 @bp.route("/streams/<name>/elements", methods=["GET"])
+@reads_only
 @reads("from", "to")
 def element_records(name: str) -> Response:
     """The revision records of the stream's retained elements ``from``..``to`` (ordinals, default: the oldest
@@ -181,6 +207,7 @@ def _ordinal_parameter(name: str, default: int) -> int:
 
 
 @bp.route("/streams/<name>/windows", methods=["GET"])
+@reads_only
 @reads("ref")
 def window_revisions(name: str) -> Response:
     """Every window revision materialized for the stream's sequences (optionally one ``ref``)."""
@@ -196,6 +223,7 @@ def window_revisions(name: str) -> Response:
 
 
 @bp.route("/streams/<name>/windows/<revision_id>", methods=["GET", "POST"])
+@reads_only
 @reads("query")
 def window_revision(name: str, revision_id: str) -> Response:
     """One window revision, re-addressed by its UUID: its dataset, or the SPARQL Protocol over it."""
@@ -237,6 +265,7 @@ def _service_description() -> Response:
 # -- upload ------------------------------------------------------------------------------------
 
 def _upload(stream: Stream) -> Response:
+    ensure_write(f"an upload or punctuation to stream {stream.config.name!r}", stream.config.name)
     punctuation = request.args.get("punctuation")
     if punctuation is not None:
         stream.punctuate(now_micros() if punctuation == "now" else _instant(punctuation, "punctuation"))
@@ -270,8 +299,11 @@ def _upload(stream: Stream) -> Response:
         framer.batches() if isinstance(framer, ElementFramer) else ([element] for element in framer))
     accepted: list[int | None] = []  # ordinals (None: a punctuation), appended as the elements are accepted
     try:
-        for batch in batches:
-            stream.accept_many(batch, now_micros(), accepted)
+        try:
+            for batch in batches:
+                stream.accept_many(batch, now_micros(), accepted)
+        except TimeoutError:  # the body stalled (the server's body timeout)
+            raise BodyStalled() from None
     except ConcentratorError as error:
         stream.flush()
         drain(reader)

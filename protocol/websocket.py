@@ -30,6 +30,7 @@ from flask import Response, current_app, request
 from pyoxigraph import RdfFormat
 from simple_websocket import ConnectionClosed, Server
 
+from protocol.access import ensure_write
 from protocol.continuous import continuous_plan
 from protocol.errors import BadRequest, UnsupportedMediaType
 from protocol.services import ServerConfig
@@ -87,6 +88,7 @@ def continuous_websocket(stream: Stream, windows: str, query: str | None) -> Res
 
 
 def upload_websocket(stream: Stream) -> Response:
+    ensure_write(f"a WebSocket upload to stream {stream.config.name!r}", stream.config.name)
     media_type = (request.args.get("format") or "application/trig").split(";")[0].strip().lower()
     rdf_format = UPLOAD_FORMATS.get(media_type)
     if rdf_format is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import isodate
 
@@ -61,6 +61,10 @@ _SPACE_FOR_PLUS = re.compile(r"(T[0-9:.]+) ([0-9]{2}:[0-9]{2})$")
 MAX_OFFSET = timedelta(hours=14)  # XSD's timezone range
 #: Stream times and windows are kept to the microsecond (``sparql_ext.windowing`` works on integer µs).
 FRACTION_DIGITS_KEPT = 6
+#: The instants every part of the server can represent (Python's datetime and Spark's timestamps: years 1 to 9999
+#: in UTC), a day inside each end so that a window, an LDES page or a Memento of up to a day around one stays in.
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
 
 
 def parse_datetime_stamp(lexical: str, label: str, *, finer: str = "refuse") -> datetime:
@@ -86,7 +90,7 @@ stream times are kept to the microsecond (at most 6 fractional digits of a secon
         else:
             offset = common.utcoffset()
             if offset is not None and -MAX_OFFSET <= offset <= MAX_OFFSET:
-                return common
+                return _in_range(common, label)
     match = _DATETIME.fullmatch(lexical)
     if match is None:
         raise InstantSyntaxError(f"{label} is not an xsd:dateTime with timezone such as 2016-06-20T10:00:00Z")
@@ -115,7 +119,23 @@ stream times are kept to the microsecond (at most 6 fractional digits of a secon
     offset = moment.utcoffset()
     if offset is None or abs(offset) > MAX_OFFSET:
         raise InstantSyntaxError(f"{label}: the timezone offset must be between -14:00 and +14:00 (xsd:dateTime)")
-    return moment + timedelta(microseconds=1) if beyond else moment
+    return _in_range(moment + timedelta(microseconds=1) if beyond else moment, label)
+
+
+def _in_range(moment: datetime, label: str) -> datetime:
+    """``moment`` (aware), or an ``InstantSyntaxError`` when it is outside ``EARLIEST``..``LATEST``. Compared as
+    aware datetimes: no conversion to UTC, which overflows at the ends (9999-12-31T23:59:59-14:00 is in year 10000).
+
+    >>> _in_range(datetime.fromisoformat("9999-12-31T23:59:59-14:00"), "timestamp")
+    Traceback (most recent call last):
+    ...
+    sparql_ext.errors.InstantSyntaxError: timestamp is outside the instants this server keeps: from \
+0001-01-02T00:00:00Z to 9999-12-30T23:59:59.999999Z
+    """
+    if not EARLIEST <= moment <= LATEST:
+        raise InstantSyntaxError(f"{label or 'the dateTime'} is outside the instants this server keeps: from "
+                                 "0001-01-02T00:00:00Z to 9999-12-30T23:59:59.999999Z")
+    return moment
 
 
 def parse_instant(text: str, label: str | None = None) -> Instant:

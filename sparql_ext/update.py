@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sparql_ext.errors import ProtocolConflict, QuerySyntaxError
+from sparql_ext.errors import ProtocolConflict, QuerySyntaxError, UnsupportedOperation, line_and_column
 from sparql_ext.iris import resolve_iri
 from sparql_ext.lexer import Kind, Token, check_nesting, matching_close, tokenize
 
@@ -78,6 +78,11 @@ def split_update(
     """
     tokens = list(tokenize(text))
     check_nesting(tokens, text)
+    service = next((tok for tok in tokens if tok.is_keyword("SERVICE")), None)
+    if service is not None:  # pyoxigraph would call it itself, over HTTP, past the server's SERVICE allowlist
+        line, column = line_and_column(text, service.start)
+        raise UnsupportedOperation(f"SERVICE in an update (line {line} column {column}) is not supported: query "
+                                   "the remote endpoint first, then send an INSERT DATA of what it answered")
     ctx = _Context(text, base_iri)
     operations: list[Operation] = []
     i = 0

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,19 +31,38 @@ from store.durable import fsync_file, now_micros, write_json
 
 @dataclass(frozen=True)
 class Sequence:
-    """A repeating (or prospective) WindowRef registered on a stream."""
+    """A repeating (or prospective) WindowRef registered on a stream; ``client``: the client whose read registered
+    it (None: a rule, or a request with the server's write token)."""
 
     id: str
     ref: str
     spec: WindowSpec
     registered: int  # µs
+    client: str | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"id": self.id, "ref": self.ref, "spec": asdict(self.spec), "registered": self.registered}
+        data: dict[str, object] = {"id": self.id, "ref": self.ref, "spec": asdict(self.spec),
+                                   "registered": self.registered}
+        if self.client is not None:
+            data["client"] = self.client
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> Sequence:  # type: ignore[type-arg]
-        return cls(data["id"], data["ref"], WindowSpec(**data["spec"]), data["registered"])
+        return cls(data["id"], data["ref"], WindowSpec(**data["spec"]), data["registered"], data.get("client"))
+
+
+@dataclass(frozen=True)
+class Registrar:
+    """Who registers new sequences in this context (a read by ``client``), and ``admit``, which raises when that
+    client may not create one more (protocol/access.py bounds them per client)."""
+
+    client: str
+    admit: Callable[[str], None]
+
+
+#: Set by the HTTP layer for the requests whose new sequences count against their client; unset elsewhere (rules).
+registrar: ContextVar[Registrar | None] = ContextVar("sequence_registrar", default=None)
 
 
 @dataclass(frozen=True)
@@ -183,22 +203,34 @@ class WindowLog:
 
     def register_many(self, refs: list[tuple[str, WindowSpec]]) -> list[tuple[Sequence, bool]]:
         """Register each ``(ref, spec)``; returns each one's sequence and whether it is new. The sequences file is
-        written once for all of them (bulk rule registration registers many at once)."""
+        written once for all of them (bulk rule registration registers many at once). In a ``registrar`` context a
+        new sequence is admitted first (``Registrar.admit`` may refuse it) and records its client."""
         registered: list[tuple[Sequence, bool]] = []
+        who = registrar.get()
         with self._changed:
-            for ref, spec in refs:
-                ident = self._free_id(ref, spec)
-                existing = self._sequences.get(ident)
-                self._used[ident] = time.monotonic()
-                if existing is not None:
-                    registered.append((existing, False))
-                    continue
-                sequence = Sequence(ident, ref, spec, now_micros())
-                self._sequences[ident] = sequence
-                registered.append((sequence, True))
-            if any(new for _, new in registered):
-                self._save_sequences()
+            try:
+                for ref, spec in refs:
+                    ident = self._free_id(ref, spec)
+                    existing = self._sequences.get(ident)
+                    if existing is not None:
+                        self._used[ident] = time.monotonic()
+                        registered.append((existing, False))
+                        continue
+                    if who is not None:
+                        who.admit(ref)
+                    self._used[ident] = time.monotonic()
+                    sequence = Sequence(ident, ref, spec, now_micros(), None if who is None else who.client)
+                    self._sequences[ident] = sequence
+                    registered.append((sequence, True))
+            finally:
+                if any(new for _, new in registered):
+                    self._save_sequences()
         return registered
+
+    def held_by(self, client: str) -> int:
+        """How many live sequences ``client``'s reads registered. Takes no lock: ``Registrar.admit`` counts over
+        every stream while one stream's lock is held (a snapshot of the values is enough for a bound)."""
+        return sum(1 for sequence in list(self._sequences.values()) if sequence.client == client)
 
     def _free_id(self, ref: str, spec: WindowSpec) -> str:
         generation = 0

@@ -7,34 +7,44 @@ import subprocess
 import sys
 from pathlib import Path
 
+import flask
 import pytest
 from flask.testing import FlaskClient
 
 from conformance.server import REPO_ROOT, free_port
 from protocol import ServerConfig, create_app
-from protocol.access import RateLimiter, is_write
+from protocol.access import RateLimiter, need_of, parsed_request
 
 TTL = {"Content-Type": "text/turtle"}
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-@pytest.mark.parametrize(("method", "path", "content_type", "update", "write"), [
-    ("GET", "/store", "", False, False),
-    ("POST", "/sparql", "application/sparql-query", False, False),
-    ("POST", "/sparql", "application/x-www-form-urlencoded", False, False),  # query=
-    ("POST", "/sparql", "application/x-www-form-urlencoded", True, True),  # update=
-    ("POST", "/sparql", "application/sparql-update", False, True),
-    ("PUT", "/store", "text/turtle", False, True),
-    ("DELETE", "/store", "", False, True),
-    ("POST", "/streams/hr", "application/trig", False, True),  # upload or punctuation
-    ("POST", "/streams/hr", "application/sparql-query", False, False),  # a query on the stream
-    ("PUT", "/streams/hr", "", False, True),
-    ("PUT", "/rules/r", "application/sparql-query", False, True),
-    ("DELETE", "/rules/r", "", False, True),
+@pytest.mark.parametrize(("method", "path", "content_type", "body", "write"), [
+    ("GET", "/store", "", "", False),
+    ("POST", "/sparql", "application/sparql-query", "ASK {}", False),
+    ("POST", "/sparql", "application/x-www-form-urlencoded", "query=ASK%7B%7D", False),
+    ("POST", "/sparql", "application/x-www-form-urlencoded", "update=CLEAR%20ALL", True),
+    ("POST", "/sparql", "application/x-www-form-urlencoded", "%75pdate=CLEAR%20ALL", True),  # the key decoded
+    ("POST", "/sparql", "application/x-www-form-urlencoded", "pad=" + "x" * 70_000 + "&update=CLEAR%20ALL", True),
+    ("POST", "/sparql", "application/sparql-update", "CLEAR ALL", True),
+    ("POST", "/sparql", "text/plain", "CLEAR ALL", True),  # not a query: deny by default
+    ("PUT", "/store", "text/turtle", "", True),
+    ("DELETE", "/store", "", "", True),
+    ("POST", "/streams/hr", "application/trig", "", True),  # upload
+    ("POST", "/streams/hr?punctuation=2016-06-20T10:00:00Z", "application/x-www-form-urlencoded", "", True),
+    ("POST", "/streams/hr", "application/sparql-query", "ASK {}", False),  # a query on the stream
+    ("POST", "/streams/hr?WINDOWS=HEAD", "application/trig", "", False),  # a windowed IRI is never appended to
+    ("PUT", "/streams/hr", "", "", True),
+    ("PUT", "/rules/r", "application/sparql-query", "", True),
+    ("PUT", "/rules", "application/json", "{}", True),
+    ("DELETE", "/rules/r", "", "", True),
+    ("OPTIONS", "/store", "", "", False),
 ])
-def test_what_is_a_write(method: str, path: str, content_type: str, update: bool, write: bool) -> None:
-    assert is_write(method, path, content_type, update) is write
+def test_what_is_a_write(tmp_path: Path, method: str, path: str, content_type: str, body: str, write: bool) -> None:
+    app = create_app(ServerConfig(tmp_path / "data", in_memory=True))
+    with app.test_request_context(path, method=method, data=body, content_type=content_type or None):
+        assert need_of(app, parsed_request(), flask.request.url_rule).write is write
 
 
 def client(tmp_path: Path, **options: object) -> FlaskClient:

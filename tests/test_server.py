@@ -121,11 +121,69 @@ def test_a_continuous_response_sends_its_headers_at_once(server: str, params: di
         assert len(r.headers["Window-Sequence"]) == 16 and r.headers["Window-From"] == "0"
 
 
+def test_half_sent_bodies_hold_no_thread(server: str) -> None:
+    """The probe: 20 anonymous POST /sparql with Content-Length: 1000 and 3 bytes of body, more than the server's 16
+    threads, held open. Their bodies are awaited in the event loop: every other request is still served at once."""
+    head = b"POST /sparql HTTP/1.1\r\nHost: x\r\nContent-Type: application/sparql-query\r\nContent-Length: 1000\r\n\r\n"
+    with stalled_connections(server, 20, head + b"ASK") as stalled:
+        time.sleep(0.3)  # all of them read by the server
+        r, took = _timed("GET", server + "/status")
+        assert r.status_code == 200 and took < 1, took
+        r, took = _timed("POST", server + "/sparql", data="ASK {}",
+                         headers={"Content-Type": "application/sparql-query"})
+        assert r.status_code == 200 and r.json()["boolean"] is True and took < 1, took
+        assert requests.put(server + "/streams/halfsent", timeout=5).status_code in (201, 204)
+        r, took = _timed("POST", server + "/streams/halfsent", data=_element("h", 0),
+                         headers={"Content-Type": "application/trig"})
+        assert r.status_code == 200 and r.json()["committed"] == 1 and took < 1, (r.text, took)
+        for sock in stalled:  # still waiting for their bodies, within the body timeout (30 s)
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(1)
+
+
 @pytest.fixture(scope="module")
 def impatient() -> Iterator[str]:
-    """A server whose requests must send their headers within 1 s."""
-    with running_server(["--no-pipeline", "--header-timeout", "1"]) as running:
+    """A server whose requests must send their headers within 1 s, and a body must not pause for 2 s."""
+    with running_server(["--no-pipeline", "--header-timeout", "1", "--body-timeout", "2"]) as running:
         yield running.url
+
+
+@pytest.mark.slow
+def test_a_body_past_the_deadline_gets_a_408(impatient: str) -> None:
+    head = b"POST /sparql HTTP/1.1\r\nHost: x\r\nContent-Type: application/sparql-query\r\nContent-Length: 1000\r\n\r\n"
+    with stalled_connections(impatient, 1, head + b"ASK") as [partial]:
+        started = time.monotonic()
+        partial.settimeout(6)
+        answer = b""
+        while chunk := partial.recv(4096):
+            answer += chunk
+        took = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+    assert answer.endswith(b"the request's body took longer than 2 s\n") and 1.9 < took < 4.5, (answer, took)
+
+
+@pytest.mark.slow
+def test_an_upload_that_stalls_is_ended_and_keeps_what_it_committed(impatient: str) -> None:
+    url = impatient + "/streams/stalled-upload"
+    assert requests.put(url, timeout=5).status_code == 201
+    address = urlsplit(impatient)
+    with socket.create_connection((address.hostname, address.port), timeout=8) as sock:
+        sock.sendall(b"POST /streams/stalled-upload HTTP/1.1\r\nHost: x\r\nContent-Type: application/trig\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        for n in range(2):
+            piece = _element(f"s{n}", n)
+            sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+        started = time.monotonic()
+        answer = b""
+        while chunk := sock.recv(4096):  # then nothing more is sent
+            answer += chunk
+        took = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    # the first element was complete when the second began; the second never was (no element, no end followed it)
+    assert b"stopped arriving" in answer and b"1 element(s) of it before that one were committed" in answer, answer
+    assert 1.9 < took < 5, took
+    assert requests.get(url, timeout=5).json()["elements"] == 1
 
 
 @pytest.mark.slow
@@ -184,3 +242,32 @@ def test_a_long_upload_is_not_cut_by_the_header_deadline(impatient: str) -> None
 
     r = requests.post(url, data=trickle(), headers={"Content-Type": "application/trig"}, timeout=30)
     assert r.status_code == 200 and r.json()["committed"] == 4, r.text
+
+
+def test_a_query_whose_client_left_is_stopped(server: str) -> None:
+    """The probe's abandoned query: a client asks for a large cartesian product (27 million rows, minutes of CPU to
+    write) and disconnects. pyoxigraph evaluates as it writes, and the writing asks whether the client is there:
+    the query stops, its CPU is released, and /status counts it."""
+    triples = "".join(f"<http://ex/s{i}> <http://ex/p> {i} .\n" for i in range(300))
+    graph = server + "/store?graph=http%3A%2F%2Fex%2Fcartesian"
+    assert requests.put(graph, data=triples, headers={"Content-Type": "text/turtle"}).status_code == 201
+    before = requests.get(server + "/status?sections=queries", timeout=5).json()["queries"]
+    query = "SELECT * { GRAPH <http://ex/cartesian> { ?a ?p ?x . ?b ?p ?y . ?c ?p ?z } }"
+    address = urlsplit(server)
+    with socket.create_connection((address.hostname, address.port), timeout=5) as sock:
+        body = query.encode()
+        sock.sendall(b"POST /sparql HTTP/1.1\r\nHost: x\r\nContent-Type: application/sparql-query\r\n"
+                     b"Accept: text/csv\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        deadline = time.monotonic() + 10
+        while requests.get(server + "/status?sections=queries", timeout=5).json()["queries"]["running"] == 0:
+            assert time.monotonic() < deadline, "the query never started"
+            time.sleep(0.05)
+    deadline = time.monotonic() + 10
+    while (queries := requests.get(server + "/status?sections=queries", timeout=5).json()["queries"])["running"]:
+        assert time.monotonic() < deadline, f"the abandoned query is still running: {queries}"
+        time.sleep(0.1)
+    assert queries["stopped_client_gone"] == before["stopped_client_gone"] + 1
+    cpu = requests.get(server + "/status?sections=process", timeout=5).json()["process"]["cpu_seconds"]
+    time.sleep(1.0)
+    idle = requests.get(server + "/status?sections=process", timeout=5).json()["process"]["cpu_seconds"] - cpu
+    assert idle < 0.5, f"{idle:.2f} CPU-seconds in 1 s after the query stopped"

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import errno
 import ipaddress
 import os
+import shlex
+import socket
 import sys
 from functools import partial
 from pathlib import Path
@@ -85,6 +88,12 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a TCP port, from 1 to 65535")
+    return int(text)
+
+
 def _count(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r}: give a whole number (0 or more)")
@@ -96,6 +105,25 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
+
+
+def address_unavailable(host: str, port: int) -> str | None:
+    """Why the server could not listen on ``host:port`` (None: it can), found before anything starts: gunicorn
+    would retry for seconds and print each failure."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        return f"{host!r} is not an address of this machine ({error.strerror})"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+        try:
+            probe.bind(address)
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return f"port {port} is in use (another server, or an earlier one still running); give --port"
+            return error.strerror or str(error)
+    return None
 
 
 def own_base_urls(host: str, port: int) -> tuple[str, ...]:
@@ -122,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data", type=Path, default=Path("data"),
                        help="data directory: the store and its history (created if missing)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--port", type=_port, default=8080)
     serve.add_argument("--threads", type=int, default=16,
                        help="concurrent requests (each continuous response and upload holds one while it lasts)")
     serve.add_argument("--header-timeout", type=_seconds, default=10.0, metavar="SECONDS",
@@ -313,7 +341,7 @@ def run_upload(args: argparse.Namespace) -> int:
     away (how many were committed is said), 2 for a bad command line or an unreadable file."""
     import requests
 
-    from concentrator.upload import UploadProblem, rdf_format_of, upload_file
+    from concentrator.upload import UploadInterrupted, UploadProblem, rdf_format_of, upload_file
 
     def fail(message: str, code: int) -> int:
         print(f"concentrator upload: {' '.join(message.split())}", file=sys.stderr)  # one line
@@ -346,14 +374,20 @@ def run_upload(args: argparse.Namespace) -> int:
     except requests.RequestException as error:
         bar.close()
         return fail(f"the request to {server} failed: {_os_reason(error)}", 1)
-    except KeyboardInterrupt:
+    except UploadInterrupted as interrupted:
         bar.close()
-        return fail(f"interrupted: what was committed stays (GET {args.url} shows the stream's HEAD)", 130)
+        return fail(f"interrupted: {interrupted.committed:,} element(s) of {args.file} are committed (the stream's "
+                    f"HEAD is ordinal {interrupted.head}); run the same command again to continue after them "
+                    f"(concentrator upload {shlex.quote(str(args.file))} {shlex.quote(args.url)} …)", 130)
+    except KeyboardInterrupt:  # before the stream was reached
+        bar.close()
+        return fail("interrupted before anything was sent", 130)
     bar.close()
     span = f" (ordinals {summary.first_ordinal}–{summary.last_ordinal})" if summary.first_ordinal is not None else ""
     rate = summary.elements / summary.seconds if summary.seconds else 0.0
+    skipped = f"; {summary.skipped:,} earlier element(s) of it were already in the stream" if summary.skipped else ""
     print(f"{summary.elements:,} element(s) of {args.file} committed to {args.url}{span} in {summary.seconds:g} s "
-          f"({rate:,.0f} elements/s); HEAD is ordinal {summary.head}, stream time {summary.stream_time}")
+          f"({rate:,.0f} elements/s){skipped}; HEAD is ordinal {summary.head}, stream time {summary.stream_time}")
     return 0
 
 
@@ -405,6 +439,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"concentrator serve: --host {args.host} is reachable from other machines: give a write token "
                   "(--token or $CONCENTRATOR_TOKEN), or bind to 127.0.0.1", file=sys.stderr)
             return 2
+        unavailable = address_unavailable(args.host, args.port)
+        if unavailable is not None:
+            print(f"concentrator serve: cannot listen on {args.host}:{args.port}: {unavailable}", file=sys.stderr)
+            return 1
         config = ServerConfig(args.data.resolve(), max_body_bytes=args.max_body_bytes,
                               retention=args.retention, token=args.token, read_only=args.read_only,
                               rate_limit=args.rate_limit, framing_processes=args.framing_processes,

@@ -6,6 +6,10 @@ timestamp predicate): each element becomes one item of canonical TriG (its times
 ``concentrator.client.upload(resume=True)`` can tell from the stream's HEAD which items were committed and re-send
 only the others. Items go in batches (one chunked request each, ``--batch`` elements): a batch's answer confirms its
 commit, so what is held in memory for resuming stays one batch.
+
+The same command run again after an interruption continues after what the stream holds: when the stream's HEAD
+element is an element of the file, the elements up to it are skipped (``skip_committed``), so every element is
+committed once.
 """
 
 from __future__ import annotations
@@ -38,6 +42,16 @@ class UploadProblem(Exception):
         self.committed = committed
 
 
+class UploadInterrupted(Exception):
+    """The user interrupted the upload (Ctrl-C): ``committed`` elements of the file are in the stream (those of an
+    earlier run included), whose HEAD is ordinal ``head``."""
+
+    def __init__(self, committed: int, head: int | None) -> None:
+        super().__init__(f"{committed} element(s) committed")
+        self.committed = committed
+        self.head = head
+
+
 @dataclass
 class Progress:
     """How far an upload got: for the progress bar (``read`` of ``size`` bytes framed) and the summary."""
@@ -47,6 +61,7 @@ class Progress:
     sent: int = 0  # elements handed to the connection
     committed: int = 0  # elements the server confirmed
     started: float = 0.0
+    skipped: int = 0  # elements of the file the stream held before (an earlier, interrupted run)
 
     @property
     def rate(self) -> float:
@@ -63,6 +78,7 @@ class Summary:
     head: int
     stream_time: str | None
     seconds: float
+    skipped: int = 0  # elements the stream already held (committed by an earlier run)
 
 
 def rdf_format_of(path: Path, given: str | None) -> RdfFormat:
@@ -76,8 +92,9 @@ def rdf_format_of(path: Path, given: str | None) -> RdfFormat:
 
 
 def elements_of(path: Path, rdf_format: RdfFormat, predicate: str, base_iri: str,
-                progress: Progress) -> Iterator[bytes]:
-    """The file's elements, each as one TriG item; ``progress.read`` follows the bytes framed."""
+                progress: Progress) -> Iterator[tuple[str, bytes]]:
+    """The file's elements, each as its graph name (N-Triples form, as the server's element records give it) and one
+    TriG item; ``progress.read`` follows the bytes framed."""
     with path.open("rb") as source:
         framer = ElementFramer(source, rdf_format, predicate, base_iri=base_iri)
         for element in framer:
@@ -86,8 +103,26 @@ def elements_of(path: Path, rdf_format: RdfFormat, predicate: str, base_iri: str
                                     "graph): resuming needs one element per item; send punctuations with "
                                     "POST URL?punctuation=TIME")
             progress.read = framer.bytes_read
-            yield _item(element, predicate)
+            yield str(element.graph), _item(element, predicate)
         progress.read = progress.size
+
+
+def skip_committed(elements: Callable[[], Iterator[tuple[str, bytes]]], head_graph: str | None,
+                   progress: Progress) -> Iterator[bytes]:
+    """The items still to send: after the element whose graph is the stream's HEAD (``head_graph``) when the file
+    has it (an earlier run committed up to there), else all of them. ``elements`` opens the file's elements anew
+    (the search reads the file once more when the HEAD is not in it)."""
+    if head_graph is not None:
+        found = 0
+        for count, (graph, _) in enumerate(elements(), 1):
+            if graph == head_graph:
+                found = count
+                break
+        if found:
+            progress.skipped = found
+            yield from (item for _, item in itertools.islice(elements(), found, None))
+            return
+    yield from (item for _, item in elements())
 
 
 def _item(element: ParsedElement, predicate: str) -> bytes:
@@ -106,36 +141,45 @@ def upload_file(path: Path, url: str, *, rdf_format: RdfFormat, session: request
     cannot. ``requests``' connection errors before the first answer mean no server answers at ``url``."""
     stream = _stream(session, url, create)
     progress = Progress(size=path.stat().st_size, started=time.monotonic())
-    items = elements_of(path, rdf_format, stream.get("timestamp_predicate") or PROV_GENERATED_AT_TIME, url, progress)
+    predicate = stream.get("timestamp_predicate") or PROV_GENERATED_AT_TIME
+    head_record = stream.get("head") or {}
+    items = skip_committed(lambda: elements_of(path, rdf_format, predicate, url, progress), head_record.get("graph"),
+                           progress)
     first: int | None = None
-    head: int = (stream.get("head") or {}).get("ordinal", 0)
+    head: int = head_record.get("ordinal", 0)
     start = head
     stream_time: str | None = stream.get("stream_time")
     problem: UploadProblem | None = None
-    while problem is None:
-        chunk: list[bytes] = []
-        try:
-            chunk.extend(itertools.islice(items, batch))
-        except (ConcentratorError, UploadProblem) as error:  # the file is wrong here: send what came before it
-            problem = UploadProblem(str(error))
-        if not chunk:
-            break
-        progress.sent += len(chunk)
-        on_progress(progress)
-        try:
-            answer = upload(url, chunk, "application/trig", session=session, resume=True, give_up=give_up)
-        except ClientError as error:  # the server refused (after committing what came before), or stayed away
-            raise UploadProblem(str(error), _committed_since(session, url, start, progress.committed)) from None
-        if answer["committed"] and first is None:
-            first = int(answer["first_ordinal"])
-        progress.committed += int(answer["committed"])
-        head, stream_time = int(answer["head"]), answer["stream_time"]
-        on_progress(progress)
+    try:
+        while problem is None:
+            chunk: list[bytes] = []
+            try:
+                chunk.extend(itertools.islice(items, batch))
+            except (ConcentratorError, UploadProblem) as error:  # the file is wrong here: send what came before it
+                problem = UploadProblem(str(error))
+            if not chunk:
+                break
+            progress.sent += len(chunk)
+            on_progress(progress)
+            try:
+                answer = upload(url, chunk, "application/trig", session=session, resume=True, give_up=give_up)
+            except ClientError as error:  # the server refused (after committing what came before), or stayed away
+                raise UploadProblem(str(error), progress.skipped + _committed_since(session, url, start,
+                                                                                    progress.committed)) from None
+            if answer["committed"] and first is None:
+                first = int(answer["first_ordinal"])
+            progress.committed += int(answer["committed"])
+            head, stream_time = int(answer["head"]), answer["stream_time"]
+            on_progress(progress)
+    except KeyboardInterrupt:  # a batch may have been committed without its answer: the server says how far it got
+        committed = _committed_since(session, url, start, progress.committed)
+        raise UploadInterrupted(progress.skipped + committed, start + committed) from None
     if problem is not None:
-        problem.committed = progress.committed
+        problem.committed = progress.skipped + progress.committed
         raise problem
     last = first + progress.committed - 1 if first is not None else None
-    return Summary(progress.committed, first, last, head, stream_time, round(time.monotonic() - progress.started, 3))
+    return Summary(progress.committed, first, last, head, stream_time, round(time.monotonic() - progress.started, 3),
+                   progress.skipped)
 
 
 def _committed_since(session: requests.Session, url: str, start: int, known: int) -> int:

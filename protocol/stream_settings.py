@@ -58,6 +58,44 @@ def stream_config(name: str, options: dict[str, object], existing: Stream | None
     return config
 
 
+def settings_of(config: StreamConfig) -> dict[str, object]:
+    """The settings, as ``PUT`` takes them, that give ``config`` (those at their default left out; the write token,
+    kept only as a hash, too: ``stream_config`` keeps it unless one is given)."""
+    default = StreamConfig(config.name)
+    found: dict[str, object] = {}
+    if config.timestamp_predicate != default.timestamp_predicate:
+        found["timestamp-predicate"] = config.timestamp_predicate
+    if config.lateness:
+        found["lateness"] = _duration(config.lateness)
+    if config.retention is not None:
+        found["retention"] = _duration(config.retention)
+    if config.aliases:
+        found["alias"] = list(config.aliases)
+    if config.mqtt_topics:
+        found["mqtt-topic"] = list(config.mqtt_topics)
+    if config.mqtt_format != default.mqtt_format:
+        found["mqtt-format"] = config.mqtt_format
+    for key, value in (("timestamp-path", config.timestamp_path), ("graph-template", config.graph_template),
+                       ("dead-letter", config.dead_letter)):
+        if value is not None:
+            found[key] = value
+    if config.ldes_page != default.ldes_page:
+        found["ldes-page"] = _duration(config.ldes_page)
+    if config.ldes_source is not None:
+        found["ldes-source"] = config.ldes_source
+        if config.ldes_timestamp_path is not None:
+            found["ldes-timestamp-path"] = config.ldes_timestamp_path
+        if config.ldes_poll != default.ldes_poll:
+            found["ldes-poll"] = _duration(round(config.ldes_poll * 1_000_000))
+    return found
+
+
+def _duration(micros: int) -> str:
+    """µs as an xsd:duration in seconds (``PT90S``, ``PT0.5S``), as ``duration_micros`` reads it back exactly."""
+    seconds, fraction = divmod(micros, 1_000_000)
+    return f"PT{seconds}.{f'{fraction:06d}'.rstrip('0')}S" if fraction else f"PT{seconds}S"
+
+
 def _values(options: dict[str, object], key: str) -> list[str]:
     given = options.get(key, [])
     return [str(v) for v in (given if isinstance(given, list) else [given])]

@@ -35,6 +35,7 @@ from protocol.stream_settings import (
     describe_revision,
     describe_stream,
     iri_parameter,
+    settings_of,
     stream_config,
 )
 from protocol.websocket import continuous_websocket, upload_websocket
@@ -98,7 +99,8 @@ def stream_need(parsed: ParsedRequest) -> Need:
         return READ
     if parsed.method == "POST" and ("WINDOWS" in parsed.args or carries_query(parsed)):
         return READ
-    what = {"PUT": "configuring stream", "DELETE": "deleting stream", "POST": "an upload or punctuation to stream"}
+    what = {"PUT": "configuring stream", "PATCH": "configuring stream", "DELETE": "deleting stream",
+            "POST": "an upload or punctuation to stream"}
     return Need(True, name, f"{what.get(parsed.method, parsed.method)} {name!r}")
 
 
@@ -108,12 +110,14 @@ def carries_query(parsed: ParsedRequest) -> bool:
         parsed.mimetype == FORM and "query" in parsed.form)
 
 
-@bp.route("/streams/<name>", methods=["GET", "HEAD", "PUT", "POST", "DELETE"])
+@bp.route("/streams/<name>", methods=["GET", "HEAD", "PUT", "PATCH", "POST", "DELETE"])
 @needs(stream_need)
 @reads(*STREAM_PARAMETERS)
 def stream_resource(name: str) -> Response:
     if request.method == "PUT":
         return _put(name)
+    if request.method == "PATCH":
+        return _patch(name)
     if request.method == "DELETE":
         _catalog().delete(name)
         return empty_response(204, {})
@@ -242,19 +246,51 @@ def window_revision(name: str, revision_id: str) -> Response:
 
 # -- configuration ---------------------------------------------------------------------------
 
-def _put(name: str) -> Response:
+def _given_settings() -> dict[str, object]:
+    """The settings a PUT or PATCH gives: its JSON body's, then its query parameters'."""
     options: dict[str, object] = {}
     mimetype, _ = body_media_type(request.headers.get("Content-Type"))
     if mimetype == "application/json":
         try:
-            options.update(json.loads(text_body("configuration") or "{}"))
+            body = json.loads(text_body("configuration") or "{}")
         except ValueError as error:
             raise BadRequest(f"the stream configuration is not JSON: {error}") from None
+        if not isinstance(body, dict):
+            raise BadRequest("the stream configuration is a JSON object of settings, e.g. {\"lateness\": \"PT5S\"}")
+        options.update(body)
     for key in SETTINGS:
         if key in request.args:
             options[key] = request.args.getlist(key) if key in LISTS else request.args[key]
-    _, created = _catalog().put(stream_config(name, options, _catalog().find(name)))
-    return empty_response(201 if created else 204, {"Location": request.base_url})
+    return options
+
+
+def _put(name: str) -> Response:
+    """The stream's whole configuration: settings not given take their defaults (a ``Warning`` names those that
+    had another value: PATCH changes some and keeps the others)."""
+    existing = _catalog().find(name)
+    config = stream_config(name, _given_settings(), existing)
+    dropped = [] if existing is None else sorted(set(settings_of(existing.config)) - set(settings_of(config)))
+    _, created = _catalog().put(config)
+    headers = {"Location": request.base_url}
+    if dropped:
+        headers["Warning"] = (f'299 concentrator "PUT replaced the whole configuration: {", ".join(dropped)} went '
+                              'back to the default; PATCH changes the settings it names and keeps the others"')
+    return empty_response(201 if created else 204, headers)
+
+
+def _patch(name: str) -> Response:
+    """Change the settings given and keep the others; a setting given empty goes back to its default."""
+    existing = _catalog().get(name)
+    options = settings_of(existing.config)
+    for key, value in _given_settings().items():
+        if value in ("", [""], [], None):
+            options.pop(key, None)
+            if key == "write-token":
+                options[key] = ""  # removes the stream's token (it is kept by hash: absent means "keep it")
+        else:
+            options[key] = value
+    _catalog().put(stream_config(name, options, existing))
+    return empty_response(204, {"Location": request.base_url})
 
 
 def _service_description() -> Response:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +23,8 @@ REPO = Path(__file__).resolve().parent.parent
     (["--rules-on", "workers"], "invalid choice: 'workers'"),
     (["--framing-processes", "-1"], "'-1': give a whole number (0 or more)"),
     (["--framing-processes", "two"], "'two': give a whole number (0 or more)"),
+    (["--port", "80800"], "argument --port: '80800': give a TCP port, from 1 to 65535"),  # issue 34: no traceback
+    (["--port", "http"], "argument --port: 'http': give a TCP port, from 1 to 65535"),
 ])
 def test_bad_spark_settings_are_refused(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
@@ -93,3 +97,20 @@ def test_replay_warns_once_about_an_empty_rules_folder_and_writes_no_output(tmp_
     assert len(warnings) == 1 and "no NAME.rq file" in warnings[0], done.stderr[-2000:]
     assert "replayed 1 elements" in done.stdout and done.stdout.rstrip().endswith("out.trig: none")
     assert (tmp_path / "out.trig").read_bytes() == b""
+
+
+def test_a_port_in_use_is_one_line_and_an_exit_at_once(tmp_path: Path) -> None:
+    """Issue 34: gunicorn retried for 5 s and printed 11 lines; now one line naming the port, exit 1, before
+    anything starts (no data directory made)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "concentrator", "serve", "--port", str(port), "--no-pipeline",
+                               "--data", str(tmp_path / "data")], cwd=REPO, capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - started
+    assert done.returncode == 1
+    assert done.stderr == (f"concentrator serve: cannot listen on 127.0.0.1:{port}: port {port} is in use (another "
+                           "server, or an earlier one still running); give --port\n")
+    assert took < 4 and not (tmp_path / "data").exists(), took

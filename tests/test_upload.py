@@ -8,6 +8,7 @@ import datetime as dt
 import fcntl
 import os
 import pty
+import signal
 import struct
 import subprocess
 import sys
@@ -139,6 +140,50 @@ def test_the_upload_resumes_after_the_server_crashed(tmp_path: Path) -> None:
         assert sending.returncode == 0, err
         assert out.startswith(f"{count:,} element(s) of {file} committed to {url}")
         assert records(second, "flood") == [(i + 1, f"<http://ex/e{i}>") for i in range(count)]
+
+
+def test_the_same_command_again_continues_after_what_was_committed(tmp_path: Path, server: RunningServer) -> None:
+    """Issue 34: an upload interrupted after 3 of 6 elements (here: the first 3 posted by hand) and the same command run
+    again: exit 0, the last 3 sent, each element once; a third run sends nothing and still exits 0."""
+    file = tmp_path / "six.nq"
+    file.write_text(readings(6), encoding="utf-8")
+    url = f"{server.url}/streams/again"
+    assert requests.put(url, timeout=10).status_code == 201
+    assert requests.post(url, data=readings(3), headers={"Content-Type": "application/n-quads"},
+                         timeout=10).json()["committed"] == 3
+    done = concentrator(file, url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"3 element(s) of {file} committed to {url} (ordinals 4–6)")
+    assert "3 earlier element(s) of it were already in the stream" in done.stdout
+    again = concentrator(file, url)
+    assert again.returncode == 0 and again.stdout.startswith(f"0 element(s) of {file} committed"), again.stderr
+    assert records(server, "again") == [(i + 1, f"<http://ex/e{i}>") for i in range(6)]
+
+
+@pytest.mark.slow
+def test_an_interrupted_upload_says_how_many_were_committed_and_how_to_continue(tmp_path: Path,
+                                                                                server: RunningServer) -> None:
+    count = 3_000
+    file = tmp_path / "long.nq"
+    file.write_text(readings(count), encoding="utf-8")
+    url = f"{server.url}/streams/interrupted"
+    assert requests.put(url, timeout=10).status_code == 201
+    sending = subprocess.Popen([sys.executable, "-m", "concentrator", "upload", str(file), url, "--batch", "20"],
+                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while requests.get(url, headers={"Accept": "application/json"}, timeout=10).json()["elements"] < 100:
+        assert time.monotonic() < deadline, "the upload did not start"
+        time.sleep(0.02)
+    sending.send_signal(signal.SIGINT)
+    _, err = sending.communicate(timeout=60)
+    held = requests.get(url, headers={"Accept": "application/json"}, timeout=10).json()["elements"]
+    assert sending.returncode == 130 and held < count, err
+    assert err == (f"concentrator upload: interrupted: {held:,} element(s) of {file} are committed (the stream's HEAD "
+                   f"is ordinal {held}); run the same command again to continue after them (concentrator upload "
+                   f"{file} {url} …)\n")
+    done = concentrator(file, url, "--batch", "500")
+    assert done.returncode == 0, done.stderr
+    assert records(server, "interrupted") == [(i + 1, f"<http://ex/e{i}>") for i in range(count)]
 
 
 @pytest.mark.parametrize(("make", "args", "code", "message"), [

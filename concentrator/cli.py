@@ -144,7 +144,10 @@ def service_allowlist(given: list[str], host: str, port: int) -> tuple[str, ...]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="concentrator", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="concentrator", description="An RDF stream concentrator: a SPARQL 1.1 Graph Store with revisions, streams "
+        "and windows, rules fired on every window (docs/ in the repository).",
+        epilog="Each command has its own --help, e.g. concentrator serve --help.")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the HTTP server over a data directory")
     serve.add_argument("--data", type=Path, default=Path("data"),
@@ -236,7 +239,7 @@ def run_replay(args: argparse.Namespace) -> int:
         aliases.setdefault(name, []).append(iri)
     try:
         summary = replay(args.files, args.rules, args.out, base_data=args.base, aliases=aliases,
-                         spark_master=args.spark_master, rules_on=args.rules_on)
+                         spark_master=args.spark_master, rules_on=args.rules_on, progress=sys.stderr.isatty())
     except (OSError, ValueError, TimeoutError, ConcentratorError) as error:
         print(f"concentrator replay: {error}", file=sys.stderr)
         return 1

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 BASE = "http://replay.invalid"  # the replay's base URL: rules' <streams/NAME?…> resolve to its streams
 QUIET_SECONDS = 3.0
+PROGRESS_SECONDS = 5.0  # between two progress lines on a terminal
 
 
 @dataclass
@@ -82,19 +83,33 @@ def replay(files: list[Path], rules_dir: Path, out: Path, *, base_data: Path | N
             raise ValueError("rules not loaded:\n" + "\n".join(server.rule_errors))
         server.start()
         catalog, registry = server.services.streams, server.services.rules
-        total = _feed(files, names, catalog, progress)
+        report = _Progress(progress)
+        total = _feed(files, names, catalog, report)
         _punctuate(catalog, names)
         windows = 0
         if server.pipeline is not None:
-            windows = _settle(catalog, registry, server.pipeline, progress, total, started + timeout)
+            windows = _settle(catalog, registry, server.pipeline, report, total, started + timeout)
         outputs = {rule.output for rule in registry.rules()}
         counts = _write(catalog, sorted(outputs), out)
-    if progress:
-        print(file=sys.stderr)
     return ReplaySummary(total, windows, counts, round(time.monotonic() - started, 1))
 
 
-def _feed(files: list[Path], names: list[str], catalog, progress: bool) -> int:  # type: ignore[no-untyped-def]
+class _Progress:
+    """Progress lines on stderr, each a line of its own (Spark's log lines go to the same stderr: a line rewritten in
+    place with ``\\r`` would be glued to them), at most one every ``PROGRESS_SECONDS``; none when ``enabled`` is
+    False (``concentrator replay`` passes whether stderr is a terminal)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._next = time.monotonic() + PROGRESS_SECONDS
+
+    def __call__(self, text: str) -> None:
+        if self.enabled and time.monotonic() >= self._next:
+            self._next = time.monotonic() + PROGRESS_SECONDS
+            print(f"replay: {text}", file=sys.stderr, flush=True)
+
+
+def _feed(files: list[Path], names: list[str], catalog, report: _Progress) -> int:  # type: ignore[no-untyped-def]
     streams = {name: catalog.get(name) for name in names}
     merged = heapq.merge(*(_elements(path, name, streams[name].config.timestamp_predicate)
                            for path, name in zip(files, names, strict=True)), key=lambda item: item[0])
@@ -102,8 +117,8 @@ def _feed(files: list[Path], names: list[str], catalog, progress: bool) -> int: 
     for _, name, element in merged:
         streams[name].accept(element, now_micros())
         count += 1
-        if progress and count % 500 == 0:
-            print(f"\rreplay: {count:,} elements fed", end="", file=sys.stderr, flush=True)
+        if count % 500 == 0:
+            report(f"{count:,} elements fed")
     for stream in streams.values():
         stream.flush()
     return count
@@ -121,7 +136,7 @@ def _punctuate(catalog, names: list[str]) -> None:  # type: ignore[no-untyped-de
         stream.flush()
 
 
-def _settle(catalog, registry, pipeline, progress: bool, total: int, deadline: float) -> int:  # type: ignore[no-untyped-def]
+def _settle(catalog, registry, pipeline, report: _Progress, total: int, deadline: float) -> int:  # type: ignore[no-untyped-def]
     """Wait until the pipeline and the rules are quiet (chained rules' outputs take further batches)."""
     def snapshot() -> tuple[int, ...]:
         windows = sum(stream.windows.emitted(s.id) for name in catalog.names()
@@ -133,9 +148,7 @@ def _settle(catalog, registry, pipeline, progress: bool, total: int, deadline: f
     while time.monotonic() < deadline:
         time.sleep(0.5)
         now = snapshot()
-        if progress:
-            print(f"\rreplay: {total:,} elements fed, {now[0]:,} windows, {now[1]:,} firings", end="",
-                  file=sys.stderr, flush=True)
+        report(f"{total:,} elements fed, {now[0]:,} windows, {now[1]:,} firings")
         caught_up = all(pipeline.caught_up(catalog.get(name)) for name in catalog.names())
         if now != last or not caught_up:
             last, quiet_since = now, time.monotonic()

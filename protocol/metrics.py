@@ -59,6 +59,13 @@ class StatusCollector(Collector):
         dataset = GaugeMetricFamily("concentrator_dataset_revisions", "Revisions of the dataset (its HEAD number).")
         dataset.add_metric([], status.get("dataset", {}).get("revisions", 0))
         yield dataset
+        queries = status.get("queries", {})
+        running = GaugeMetricFamily("concentrator_queries_running", "Queries being evaluated for clients now.")
+        running.add_metric([], queries.get("running", 0))
+        stopped = CounterMetricFamily("concentrator_queries_stopped_client_gone", "Queries stopped because their "
+                                      "client closed its connection, since start-up.")
+        stopped.add_metric([], queries.get("stopped_client_gone", 0))
+        yield from (running, stopped)
 
 
 def _stream_metrics(streams: Document, continuous: list[Document]) -> Iterator[Metric]:
@@ -71,16 +78,15 @@ def _stream_metrics(streams: Document, continuous: list[Document]) -> Iterator[M
     statements = CounterMetricFamily("concentrator_stream_statements_ingested", "Statements committed since "
                                      "start-up (each element's graph statements and its timestamp triple).",
                                      labels=labels)
-    written = CounterMetricFamily("concentrator_stream_bytes_written", "Bytes written to the element log since "
+    written = CounterMetricFamily("concentrator_stream_written_bytes", "Bytes written to the element log since "
                                   "start-up.", labels=labels)
     errors = CounterMetricFamily("concentrator_stream_upload_errors", "Uploads the stream refused since start-up, "
                                  "by HTTP status.", labels=["stream", "status"])
-    rate = GaugeMetricFamily("concentrator_stream_rate_per_second", "Elements committed per second over the last "
-                             "minute.", labels=labels)
-    time = GaugeMetricFamily("concentrator_stream_time_seconds", "Stream time (the newest timestamp or "
-                             "punctuation committed), as seconds since the epoch.", labels=labels)
-    windows = CounterMetricFamily("concentrator_stream_windows_emitted", "Windows materialized for a registered "
-                                  "window sequence.", labels=["stream", "sequence", "ref"])
+    time = GaugeMetricFamily("concentrator_stream_timestamp_seconds", "Stream time (the newest timestamp or "
+                             "punctuation committed), as a Unix timestamp.", labels=labels)
+    # per stream, not per sequence: sequences come and go with subscribers (their own counts are in /status)
+    windows = CounterMetricFamily("concentrator_stream_windows_emitted", "Windows materialized for the stream's "
+                                  "registered window sequences.", labels=labels)
     subscribers = GaugeMetricFamily("concentrator_continuous_subscribers", "Continuous responses running now.",
                                     labels=labels)
     per_stream: dict[str, int] = dict.fromkeys(streams, 0)
@@ -95,14 +101,12 @@ def _stream_metrics(streams: Document, continuous: list[Document]) -> Iterator[M
         written.add_metric([name], ingest.get("bytes_written", 0))
         for status_code, count in sorted(ingest.get("upload_errors", {}).items()):
             errors.add_metric([name, status_code], count)
-        rate.add_metric([name], stream["rate_per_second"])
         if stream.get("stream_time_us") is not None:
             time.add_metric([name], stream["stream_time_us"] / 1_000_000)
-        for ident, sequence in stream.get("sequences", {}).items():
-            windows.add_metric([name, ident, sequence["ref"]], sequence["windows_emitted"])
+        windows.add_metric([name], stream["windows_emitted"])
     for name, count in sorted(per_stream.items()):
         subscribers.add_metric([name], count)
-    yield from (retained, head, elements, statements, written, errors, rate, time, windows, subscribers)
+    yield from (retained, head, elements, statements, written, errors, time, windows, subscribers)
 
 
 def _pipeline_metrics(pipeline: Document) -> Iterator[Metric]:

@@ -85,6 +85,7 @@ def _stream_status(stream: Stream) -> dict[str, object]:
         "stream_time_us": stream.stream_time,
         "rate_per_second": stream.rate(60_000_000),
         "ingest": stream.ingest_status(),
+        "windows_emitted": stream.windows.emitted_total(),  # every sequence's, retired ones included
         # by sequence id: a HEAD ref registered at two HEADs is two sequences
         "sequences": {s.id: {"ref": s.ref, "windows_emitted": stream.windows.emitted(s.id),
                              "next_window": stream.windows.state.next_index.get(s.id)}

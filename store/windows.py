@@ -290,6 +290,10 @@ class WindowLog:
     def emitted(self, sequence: str) -> int:
         return self._emitted.get(sequence, 0)
 
+    def emitted_total(self) -> int:
+        """Windows materialized for every sequence of the stream, retired ones included (it never decreases)."""
+        return sum(self._emitted.values())
+
     def by_uuid(self, revision_uuid: str) -> WindowRevision | None:
         return self._by_uuid.get(revision_uuid)
 

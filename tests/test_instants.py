@@ -19,7 +19,8 @@ RANGE = "outside the instants this server keeps: from 0001-01-02T00:00:00Z to 99
 
 
 def element(name: str, stamp: str, value: int) -> str:
-    return f'<http://ex/{name}> <{PROV}> "{stamp}"^^<{XSD_DT}> .\n<http://ex/{name}> {{ <http://ex/o> <http://ex/v> {value} . }}\n'
+    return (f'<http://ex/{name}> <{PROV}> "{stamp}"^^<{XSD_DT}> .\n'
+            f"<http://ex/{name}> {{ <http://ex/o> <http://ex/v> {value} . }}\n")
 
 
 @pytest.fixture

@@ -56,6 +56,7 @@ def test_replay_connected_patient(tmp_path: Path, capsys: pytest.CaptureFixture[
     printed = capsys.readouterr()
     assert status == 0, printed.err[-3000:]
     assert "output elements written" in printed.out and "alerts: 8" in printed.out and "pages: 8" in printed.out
+    assert "replay:" not in printed.err  # progress lines only on a terminal (issue 34)
     store = Store()
     store.load(path=str(out), format=RdfFormat.TRIG)
     alerts = [(str(r["effective"].value), r["avg"].value) for r in store.query(

@@ -10,15 +10,21 @@ CONSTRAINTS := constraints.txt
 LOCK_VENV := build/lock-venv
 
 # pip's own progress ("Collecting …", download bars) is shown: the install is large and takes minutes.
-$(VENV)/installed: setup.cfg pyproject.toml $(CONSTRAINTS)
-	@echo "installing ~900 MB of dependencies into $(VENV) (pyspark, pyarrow, pandas, numpy, ...); this takes a few minutes"
+# Serving needs the package alone; the tests and benchmarks add their tools on top, in the same venv.
+$(VENV)/installed-serve: setup.cfg pyproject.toml $(CONSTRAINTS)
+	@echo "installing the server's dependencies, ~890 MB, into $(VENV) (pyspark, pyarrow, pandas, numpy, ...); this takes a few minutes"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --upgrade pip
+	$(VENV)/bin/pip install -c $(CONSTRAINTS) -e .
+	touch $@
+
+$(VENV)/installed: $(VENV)/installed-serve
+	@echo "installing the test and benchmark tools, ~420 MB more, into $(VENV) (playwright, mypy, matplotlib, ...)"
 	$(VENV)/bin/pip install -c $(CONSTRAINTS) -e '.[test,bench]'
 	touch $@
 
 .PHONY: serve test test-fast lint lock
-serve: $(VENV)/installed  ## install, then run the server on an on-disk store in $(DATA), with the example rules
+serve: $(VENV)/installed-serve  ## install, then run the server on an on-disk store in $(DATA), with the example rules
 	$(VENV)/bin/concentrator serve --data $(DATA) --host $(HOST) --port $(PORT) --rules $(RULES)
 
 test: $(VENV)/installed  ## install, then run the whole test suite (conformance included), on three workers (a file per worker)
@@ -34,7 +40,7 @@ lint: $(VENV)/installed  ## ruff over everything, mypy (strict, mypy.ini) over t
 # Resolves setup.cfg's direct pins afresh (without the old lock) in a throw-away venv and freezes every
 # package it installed: run it after changing a pin in setup.cfg, then run the tests and commit both files.
 lock:  ## regenerate $(CONSTRAINTS) from a fresh venv
-	@echo "resolving setup.cfg's dependencies in a fresh venv ($(LOCK_VENV)); this installs ~900 MB"
+	@echo "resolving setup.cfg's dependencies in a fresh venv ($(LOCK_VENV)); this installs ~1.3 GB"
 	rm -rf $(LOCK_VENV)
 	$(PYTHON) -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/pip install --upgrade pip

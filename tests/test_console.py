@@ -326,12 +326,14 @@ def test_a_window_and_a_rule_output_appear_live(page: Any, tmp_path: Path, spark
     page.get_by_role("link", name="Live outputs").click()
     window = beat.locator('li[data-window="0"]')
     expect(window).to_be_visible(timeout=120_000)  # Spark starts in the background, then assigns the window
+    expect(window.locator("h3")).to_have_text("Window 0 [2016-06-20T10:00:00Z, 2016-06-20T10:01:00Z)")  # its span
     expect(window.locator("thead th")).to_have_text(["?readings", "?highest"])
     expect(window.locator("tbody td")).to_have_text([
         "2 ^^<http://www.w3.org/2001/XMLSchema#integer>", "80 ^^<http://www.w3.org/2001/XMLSchema#integer>"])
     # the rule fired on that window: its output element (the average of 70 and 80) arrives as a window of its own
     output = averages.locator('li[data-window="0"]')
     expect(output).to_be_visible(timeout=60_000)
+    expect(output.locator("h3")).to_have_text("Window 0 element 1")  # a count window: its element
     expect(output.locator("pre.document")).to_contain_text(
         '<http://ex/avg> "75"^^<http://www.w3.org/2001/XMLSchema#decimal>')
     screenshot(page, "live", tmp_path)
@@ -350,7 +352,7 @@ def test_a_window_and_a_rule_output_appear_live(page: Any, tmp_path: Path, spark
     expect(beat_row.locator("td").nth(0)).to_have_text("3")
     expect(beat_row.locator("td").nth(3)).to_have_text("R/HEAD/PT1M · 1 window")
     expect(beat_row.locator("td").nth(4)).to_have_text(
-        "window 0 [2016-06-20T10:00:00Z, 2016-06-20T10:01:00Z) · 2 elements")
+        "window 0: [2016-06-20T10:00:00Z, 2016-06-20T10:01:00Z), 2 elements")
     averages_row = page.locator('#streams-table tr[data-stream="averages"]')
-    expect(averages_row.locator("td").nth(4)).to_have_text("window 0 element 1 · 1 element")  # a count window
+    expect(averages_row.locator("td").nth(4)).to_have_text("window 0: stream element 1")  # a count window
     screenshot(page, "streams-windows", tmp_path)

@@ -177,12 +177,18 @@ function plural(count, noun) {
   return `${count} ${noun}${count === 1 ? "" : "s"}`;
 }
 
-// A window's bounds: a time window [start, end) in stream time; a count window by its element ordinals.
+// A window's bounds: a time window [start, end) in stream time; a count window by its elements' ordinals.
 function bounds(window) {
   if (typeof window.start === "number") {
     return window.start === window.end ? `element ${window.start}` : `elements ${window.start}–${window.end}`;
   }
   return `[${window.start}, ${window.end})`;
+}
+
+// A window in words: "window 0: [10:00, 10:01), 2 elements"; a count window "window 3: elements 4–6".
+function windowSummary(window) {
+  if (typeof window.start === "number") return `window ${window.index}: stream ${bounds(window)}`;
+  return `window ${window.index}: ${bounds(window)}, ${plural(window.count, "element")}`;
 }
 
 function streamRow(stream) {
@@ -192,16 +198,14 @@ function streamRow(stream) {
     : "none";
   const latest = stream.sequences.filter((s) => s.latest);
   const windows = latest.length
-    ? element("ul", { class: "plain" }, latest.map((s) => element("li", {},
-      `window ${s.latest.index} `, element("code", { text: bounds(s.latest) }),
-      ` · ${plural(s.latest.count, "element")}`)))
+    ? element("ul", { class: "plain" }, latest.map((s) => element("li", { text: windowSummary(s.latest) })))
     : "none yet";
   return element("tr", { "data-stream": stream.name },
     element("th", { scope: "row" }, element("a", { href: `/streams/${encodeURIComponent(stream.name)}` ,
       text: stream.name })),
     element("td", { class: "number", text: stream.elements }),
     element("td", {}, sparkline(stream.rate_history), ` ${stream.rate_per_second} /s`),
-    element("td", { text: stream.stream_time || "none yet" }),
+    element("td", { class: "instant", text: stream.stream_time || "none yet" }),
     element("td", {}, sequences),
     element("td", {}, windows));
 }
@@ -335,7 +339,7 @@ async function registerRule(event) {
   await refreshRules();
 }
 
-// -- live outputs: one EventSource per subscription -------------------------------------------------------------
+// -- live outputs: one WebSocket per subscription ---------------------------------------------------------------
 
 function subscribe(event) {
   event.preventDefault();
@@ -345,6 +349,7 @@ function subscribe(event) {
   const query = form.elements.query.value.trim();
   const params = new URLSearchParams({ WINDOWS: windows });
   if (query) params.set("query", query);
+  else params.set("format", "application/n-quads"); // the window dataset, a line per quad
   const url = `/streams/${encodeURIComponent(name)}?${params}`;
   const id = `subscription-${++state.subscriptions}`;
   const list = element("ol", { class: "windows", "aria-live": "polite", "aria-relevant": "additions",
@@ -356,37 +361,73 @@ function subscribe(event) {
       query ? " with a query" : ""),
     stop, status, list);
   $("#subscriptions").prepend(panel);
-  const source = new EventSource(url); // sends Accept: text/event-stream: the server answers server-sent events
-  source.addEventListener("open", () => {
-    status.textContent = "Waiting for the next window (windows complete as stream time passes their end).";
-  });
-  source.addEventListener("window", (message) => {
-    status.textContent = `Latest: window ${message.lastEventId}, received ${new Date().toLocaleTimeString()}.`;
-    list.prepend(element("li", { "data-window": message.lastEventId },
-      element("h3", {}, `Window ${message.lastEventId}`), renderDocument(message.data)));
-    while (list.children.length > LIVE_KEPT) list.lastElementChild.remove();
-  });
-  source.addEventListener("end", (message) => {
-    status.textContent = `The server ended the response: ${message.data}`;
-    source.close();
-  });
-  source.addEventListener("error", () => {
-    if (source.readyState === EventSource.CLOSED) {
-      status.textContent = "The server refused the subscription: check the stream and the WindowRef (it must be " +
-        "repeating, R/…).";
-      checkSubscription(url, status);
-    } else {
-      status.textContent = "Connection lost: reconnecting, resuming after the last window received…";
-    }
-  });
+  follow(url, status, list);
   stop.addEventListener("click", () => {
-    source.close();
+    panel.stopped = true;
+    if (panel.socket) panel.socket.close();
     panel.remove();
     $("#live-heading").focus();
   });
 }
 
-// EventSource does not expose an error's body: ask once more to show the server's words.
+// One message per window over a WebSocket at the windowed IRI (docs/connectors.md, "WebSocket"): the first message
+// carries the response's headers (Window-Sequence), each next one a window's headers (its index and bounds) and its
+// document. A dropped connection reconnects and resumes after the last window received (after=, sequence=).
+function follow(url, status, list, resume = null) {
+  const panel = list.closest("article");
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const resumeParams = resume ? `&after=${resume.after}&sequence=${encodeURIComponent(resume.sequence)}` : "";
+  const socket = new WebSocket(`${scheme}//${location.host}${url}${resumeParams}`);
+  const seen = { sequence: resume?.sequence ?? null, after: resume?.after ?? null, opened: false };
+  panel.socket = socket;
+  socket.addEventListener("message", (message) => {
+    const data = JSON.parse(message.data);
+    if (!seen.opened) {
+      seen.opened = true;
+      seen.sequence = data["Window-Sequence"] ?? seen.sequence;
+      status.textContent = "Waiting for the next window (windows complete as stream time passes their end).";
+      return;
+    }
+    if (data.notice) {
+      status.textContent = `The server ended the response: ${data.notice}`;
+      panel.stopped = true;
+      return;
+    }
+    const index = data["Window-Index"];
+    seen.after = index;
+    status.textContent = `Latest: window ${index}, received ${new Date().toLocaleTimeString()}.`;
+    const span = liveBounds(data["Window-Start"], data["Window-End"]);
+    list.prepend(element("li", { "data-window": index },
+      element("h3", {}, `Window ${index} `, element("span", { class: "bounds", text: span })),
+      renderDocument(data.body)));
+    while (list.children.length > LIVE_KEPT) list.lastElementChild.remove();
+  });
+  socket.addEventListener("close", () => {
+    if (panel.stopped || !panel.isConnected) return;
+    if (!seen.opened) {
+      status.textContent = "The server refused the subscription: check the stream and the WindowRef (it must be " +
+        "repeating, R/…).";
+      checkSubscription(url, status);
+      return;
+    }
+    status.textContent = "Connection lost: reconnecting, resuming after the last window received…";
+    const next = seen.after === null ? null : { after: seen.after, sequence: seen.sequence };
+    setTimeout(() => follow(url, status, list, next), 1000);
+  });
+}
+
+// Window-Start and Window-End as the panel shows them: a time window [start, end), a count window its elements.
+function liveBounds(start, end) {
+  if (start === undefined) return "";
+  if (start.startsWith("element ")) {
+    const first = start.slice(8);
+    const last = end.slice(8);
+    return first === last ? `element ${first}` : `elements ${first}–${last}`;
+  }
+  return `[${start}, ${end})`;
+}
+
+// A refused WebSocket handshake has no readable body: ask once more over HTTP to show the server's words.
 async function checkSubscription(url, status) {
   try {
     const response = await fetch(url, { headers: { Accept: "text/event-stream" } });

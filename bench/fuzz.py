@@ -33,6 +33,8 @@ from urllib.parse import urlencode
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from bench.fuzz_nesting import Isolated, check_rdf, check_sparql, rdf_inputs, sparql_inputs
+
 ROOT = Path(__file__).resolve().parent.parent
 SLOW_SECONDS = 2.0  # one parse, or one request, taking longer than this counts as a hang
 
@@ -503,8 +505,9 @@ def check_time_param(server: Server, parameter: str, value: str) -> str:
 class Target:
     name: str
     strategy: st.SearchStrategy[Any]
-    check: Callable[..., str]  # check(server, *args) for HTTP targets, check(text) otherwise
+    check: Callable[..., str]  # check(server, *args) for HTTP targets, check(app, *args) isolated, check(text) else
     http: bool = False
+    isolated: bool = False  # the app in a child process (bench.fuzz_nesting.Isolated): a crash there is a failure
 
 
 TARGETS = [
@@ -519,6 +522,9 @@ TARGETS = [
     Target("http.stream_windows_query", get_inputs(), lambda s, a: check_stream_get(s, *a), True),
     Target("http.time_params", time_param_inputs(), lambda s, a: check_time_param(s, *a), True),
     Target("http.deep_sparql", deep_texts(), check_deep_sparql, True),
+    # issue 30: nesting 0..30,000 deep through every entry point whose input pyoxigraph parses (bench.fuzz_nesting)
+    Target("nesting.sparql", sparql_inputs(), check_sparql, isolated=True),
+    Target("nesting.rdf", rdf_inputs(), check_rdf, isolated=True),
 ]
 
 
@@ -540,7 +546,8 @@ class Outcome:
                 "failure_examples": self.examples}
 
 
-def run_target(target: Target, examples: int, server: Server | None, seed: int) -> Outcome:
+def run_target(target: Target, examples: int, server: Server | None, seed: int,
+               isolated: Isolated | None = None) -> Outcome:
     """Run one target for ``examples`` inputs; a failure is recorded (not raised) so the run goes on."""
     outcome = Outcome(target.name)
 
@@ -550,7 +557,8 @@ def run_target(target: Target, examples: int, server: Server | None, seed: int) 
     def run(value: Any) -> None:
         outcome.inputs += 1
         try:
-            category = target.check(server, value) if target.http else target.check(value)
+            category = (target.check(isolated, value) if target.isolated else
+                        target.check(server, value) if target.http else target.check(value))
             outcome.outcomes[category] = outcome.outcomes.get(category, 0) + 1
         except Exception as error:  # noqa: BLE001 - Failure or an error of the harness itself
             outcome.failures += 1
@@ -600,13 +608,16 @@ def main(argv: list[str] | None = None) -> int:
     targets = [t for t in TARGETS if not args.target or any(t.name.startswith(p) for p in args.target)]
     logging.getLogger("protocol").setLevel(logging.CRITICAL)  # 503s for incomplete windows are logged as errors
     outcomes = []
+    isolated = Isolated() if any(t.isolated for t in targets) else None
     with tempfile.TemporaryDirectory(prefix="fuzz-") as tmp:
         server = Server(Path(tmp) / "data") if any(t.http for t in targets) else None
         for target in targets:
-            outcome = run_target(target, args.examples, server, args.seed)
+            outcome = run_target(target, args.examples, server, args.seed, isolated)
             outcomes.append(outcome)
             print(f"  {outcome.target}: {outcome.inputs} inputs, {outcome.failures} failures, "
                   f"{outcome.seconds:.1f} s {dict(sorted(outcome.outcomes.items()))}", flush=True)
+    if isolated is not None:
+        isolated.close()
 
     width = max(len("target"), *(len(o.target) for o in outcomes))
     header = f"{'target':<{width}}  {'inputs':>8}  {'failures':>8}  {'seconds':>8}"

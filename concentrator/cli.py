@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from protocol import ServerConfig
 from rules.tasks import PLACEMENTS
+from store.limits import BODY_LIMIT
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -161,8 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--body-timeout", type=_seconds, default=30.0, metavar="SECONDS",
                        help="a request body up to 256 KiB must arrive within this time after its headers, and a "
                             "longer one (an upload) may not pause for longer, else 408 (default 30)")
-    serve.add_argument("--max-body-bytes", type=_size, default=None,
-                       help="largest accepted RDF upload, e.g. 2g (default: no limit)")
+    serve.add_argument("--max-body-bytes", type=_size, default=BODY_LIMIT,
+                       help="largest Graph Store Protocol body, as sent and as N-Quads, e.g. 2g (default 1g; 0: none)")
     serve.add_argument("--framing-processes", type=_count, default=min(2, os.cpu_count() or 1), metavar="N",
                        help="processes that parse and write the large segments of uploads, beside the request "
                             "threads (default: 2, or 1 on one core; 0: in the request threads)")
@@ -446,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         if unavailable is not None:
             print(f"concentrator serve: cannot listen on {args.host}:{args.port}: {unavailable}", file=sys.stderr)
             return 1
-        config = ServerConfig(args.data.resolve(), max_body_bytes=args.max_body_bytes,
+        config = ServerConfig(args.data.resolve(), max_body_bytes=args.max_body_bytes or None,
                               retention=args.retention, token=args.token, read_only=args.read_only,
                               rate_limit=args.rate_limit, framing_processes=args.framing_processes,
                               sequences_per_client=args.sequences_per_client,

@@ -24,6 +24,8 @@ from pyoxigraph import BlankNode, DefaultGraph, Literal, NamedNode, Quad, RdfFor
 
 from sparql_ext.errors import ConcentratorError
 from store.elements import ParsedElement, parse_timestamp
+from store.errors import StoreError
+from store.limits import check_nesting
 
 LDES = "https://w3id.org/ldes#"
 TREE = "https://w3id.org/tree#"
@@ -107,9 +109,12 @@ class Document:
 def load(data: bytes, rdf_format: RdfFormat, url: str) -> Document:
     """The page's quads, blank nodes renamed (their labels are the document's own)."""
     try:
+        check_nesting(data, rdf_format.media_type)  # never too deep for the parser
         return Document(list(parse(data, rdf_format, base_iri=url, rename_blank_nodes=True)))
     except SyntaxError as error:
         raise LdesError(f"the LDES page <{url}> is not valid {rdf_format.name}: {error}") from None
+    except StoreError as error:  # nested too deep, entities expanding too far, N3
+        raise LdesError(f"the LDES page <{url}>: {error.message}") from None
 
 
 def find_view(document: Document, url: str, given: str) -> tuple[str, str | None]:

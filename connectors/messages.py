@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import uuid
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -30,6 +29,7 @@ from connectors.errors import MessageRejected, UnsupportedMessageFormat
 from store.elements import ParsedElement, parse_timestamp, single_element
 from store.errors import RdfSyntaxError
 from store.framing import ElementFramer
+from store.limits import check_nesting, checked
 from store.stream_config import MESSAGE_FORMATS, StreamConfig
 from store.terms import named_node
 
@@ -93,6 +93,7 @@ def element_of_message(payload: bytes, content_type: str | None, topic: str,
     media_type, rdf_format = message_format(content_type, settings.default_format)
     if rdf_format == RdfFormat.JSON_LD:
         try:
+            check_nesting(payload, rdf_format.media_type)  # not too deep for the parser (else: a dead letter)
             quads = list(parse(payload, RdfFormat.JSON_LD))
         except SyntaxError as error:
             raise RdfSyntaxError(f"the message is not JSON-LD: {error}") from None
@@ -104,14 +105,14 @@ def element_of_message(payload: bytes, content_type: str | None, topic: str,
     if rdf_format in (RdfFormat.TRIG, RdfFormat.N_QUADS):
         return _framed(payload, rdf_format, settings)
     graph = element_graph(settings.template, topic, payload)
-    element = single_element(io.BytesIO(payload), rdf_format, graph, None)
+    element = single_element(checked(payload, rdf_format.media_type), rdf_format, graph, None)  # (or too deep)
     if not element.quads:
         raise MessageRejected(f"the {media_type} message holds no triple: an element needs content")
     return _stamped(element, settings)
 
 
 def _framed(payload: bytes, rdf_format: RdfFormat, settings: MessageSettings) -> ParsedElement:
-    elements = list(ElementFramer(io.BytesIO(payload), rdf_format, settings.timestamp_predicate))
+    elements = list(ElementFramer(checked(payload, rdf_format.media_type), rdf_format, settings.timestamp_predicate))
     if len(elements) != 1:
         raise MessageRejected(f"a message is one element (a named graph and its timestamp triple); this one holds "
                               f"{len(elements)}: publish one message per element")

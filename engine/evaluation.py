@@ -71,7 +71,8 @@ from sparql_ext.windowed import windowed_params
 from sparql_ext.windowing import WindowNotResolvable, format_micros
 from sparql_ext.windowref import parse_window_ref
 from store.dataset import RevisionedDataset
-from store.errors import QueryFailed
+from store.errors import NestedTooDeep, QueryFailed
+from store.limits import check_nesting
 from store.stream import Stream
 from store.streams import StreamCatalog
 
@@ -530,9 +531,12 @@ class ExtendedEvaluator:
         text = part.inner.original if isinstance(part.inner, ExtendedQuery) else part.inner
         content = self._remote(iri, text.encode("utf-8"))
         try:
+            check_nesting(content, QueryResultsFormat.JSON.media_type)  # never too deep for the parser
             results = parse_query_results(content, QueryResultsFormat.JSON)
         except (SyntaxError, ValueError):
             raise ServiceFailed(f"SERVICE <{iri}> did not answer with SPARQL JSON results") from None
+        except NestedTooDeep as error:
+            raise ServiceFailed(f"SERVICE <{iri}> answered SPARQL JSON results with {error.message}") from None
         if isinstance(results, QueryBoolean):
             return [{}] if bool(results) else []
         return rows_of(results)

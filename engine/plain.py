@@ -52,7 +52,7 @@ def run(store: Store, text: str, *, base_iri: str | None, default_graph: list[An
     try:
         return store.query(text, base_iri=base_iri, default_graph=default_graph, named_graphs=named_graphs)
     except SyntaxError as error:
-        raise QueryFailed.from_pyoxigraph("query is not valid SPARQL 1.1", error) from None
+        raise QueryFailed.from_pyoxigraph("query is not valid SPARQL 1.1", error, text) from None
     except (OSError, RuntimeError, ValueError) as error:
         raise QueryFailed(f"query evaluation failed: {error}") from None
 

@@ -11,6 +11,9 @@ from typing import Any
 from pyoxigraph import NamedNode, Store
 
 from sparql_ext import THEN_FUNCTION, ExtendedQuery, ExtensionPart, QuerySyntaxError, parse_extended
+from sparql_ext.errors import NestingTooDeep
+from sparql_ext.lexer import check_derived
+from sparql_ext.syntax_messages import explain_at
 
 _LOCATION = re.compile(r"\bat (\d+):(\d+)")
 _EMPTY = Store()  # what syntax is checked on: nothing is ever written to it, so every thread shares it
@@ -43,6 +46,10 @@ def _check(extended: ExtendedQuery, user_text: str, to_user: Mapper) -> None:
 
 def check_syntax(sparql: str, user_text: str, to_user: Mapper) -> None:
     """Let pyoxigraph judge ``sparql`` on an empty store; report its error at the user's line and column."""
+    try:  # rewritten from the user's text, checked already, but pyoxigraph may read it otherwise
+        check_derived(sparql, user_text)
+    except NestingTooDeep as deep:
+        raise NestingTooDeep(user_text, to_user(min(deep.offset, len(sparql))), deep.limit) from None
     functions: dict[NamedNode, Any] = {NamedNode(THEN_FUNCTION): lambda: None}
     try:
         _EMPTY.query(sparql, custom_functions=functions, base_iri="http://check.invalid/")
@@ -51,7 +58,8 @@ def check_syntax(sparql: str, user_text: str, to_user: Mapper) -> None:
         found = _LOCATION.search(message)
         offset = _offset(sparql, int(found[1]), int(found[2])) if found else 0
         detail = _LOCATION.sub("", message).replace("error :", "").strip().removeprefix("error").strip(" :")
-        raise QuerySyntaxError(detail, user_text, to_user(min(offset, len(sparql)))) from None
+        at, words = explain_at(user_text, to_user(min(offset, len(sparql))), detail)
+        raise QuerySyntaxError(words, user_text, at) from None
     except (OSError, RuntimeError, ValueError):
         pass  # evaluation errors on an empty store say nothing about syntax
 

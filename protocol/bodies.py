@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from flask import current_app, request
 
-from protocol.errors import BadRequest, HttpProblem
+from protocol.errors import BadRequest
 from store import BodyTooLarge
 
 TEXT_BODY_LIMIT = 64 * 1024 * 1024  # a query or an update held in memory as text
+_TOO_LONG = "is larger than the limit of {:,} bytes (64 MiB) for a query or an update"
 
 
 def text_body(what: str) -> str:
     """The request body as UTF-8 text (a query or an update), at most TEXT_BODY_LIMIT bytes."""
     if request.content_length is not None and request.content_length > TEXT_BODY_LIMIT:
-        raise BodyTooLarge(f"the {what} is larger than {TEXT_BODY_LIMIT} bytes")
+        raise BodyTooLarge(f"the {what} {_TOO_LONG.format(TEXT_BODY_LIMIT)}")
     data = request.stream.read(TEXT_BODY_LIMIT + 1)
     if len(data) > TEXT_BODY_LIMIT:
-        raise BodyTooLarge(f"the {what} is larger than {TEXT_BODY_LIMIT} bytes")
+        raise BodyTooLarge(f"the {what} {_TOO_LONG.format(TEXT_BODY_LIMIT)}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -24,12 +25,12 @@ def text_body(what: str) -> str:
 
 
 def upload_limit() -> int | None:
-    """The configured limit for RDF bodies; answers 413 at once when Content-Length exceeds it."""
+    """The limit of a Graph Store body (``--max-body-bytes``, default ``store.limits.BODY_LIMIT``), as sent and as
+    staged N-Quads; answers 413 at once when Content-Length exceeds it."""
     limit: int | None = current_app.config["CONCENTRATOR"].max_body_bytes
     if limit is not None and request.content_length is not None and request.content_length > limit:
-        raise HttpProblem(
-            f"request body of {request.content_length} bytes exceeds the limit of {limit} bytes "
-            "(server option --max-body-bytes)", 413)
+        raise BodyTooLarge(f"request body of {request.content_length:,} bytes exceeds the limit of {limit:,} bytes "
+                           "(server option --max-body-bytes)")
     return limit
 
 

@@ -12,6 +12,8 @@ import uuid
 
 from flask import Blueprint, Response, request
 from pyoxigraph import DefaultGraph, NamedNode, RdfFormat, serialize
+from werkzeug.datastructures import FileStorage
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from protocol import memento
 from protocol.access import READ, Need, needs
@@ -28,7 +30,7 @@ from protocol.negotiation import (
 from protocol.parameters import reads
 from protocol.responses import empty_response, revision_headers, spooled_response
 from protocol.services import services
-from store import GraphNotFound, RevisionedDataset, StagedQuads
+from store import BodyTooLarge, GraphNotFound, RevisionedDataset, StagedQuads
 from store.terms import GraphName, graph_to_text, named_node
 
 bp = Blueprint("gsp", __name__)
@@ -136,8 +138,9 @@ def _stage_body(target: GraphName | None) -> StagedQuads:
     base_iri = target.value if isinstance(target, NamedNode) else request.base_url
     if mimetype == "multipart/form-data":
         parts = []
+        request.max_content_length = limit  # the whole form (parts are spooled before they are staged)
         try:
-            for upload in request.files.values():
+            for upload in _form_files():
                 part_type, part_options = body_media_type(upload.content_type)
                 parts.append(dataset.stage(upload.stream, _body_format(part_type, part_options),
                                            base_iri=base_iri, to_graph=target, max_bytes=limit))
@@ -148,6 +151,14 @@ def _stage_body(target: GraphName | None) -> StagedQuads:
         return dataset.concatenate(parts)
     return dataset.stage(request.stream, _body_format(mimetype, options), base_iri=base_iri,
                          to_graph=target, max_bytes=limit)
+
+
+def _form_files() -> list[FileStorage]:
+    try:
+        return list(request.files.values())
+    except RequestEntityTooLarge:
+        raise BodyTooLarge(f"request body exceeds the limit of {request.max_content_length:,} bytes (server option "
+                           "--max-body-bytes)") from None
 
 
 def _put(target: GraphName | None) -> Response:

@@ -24,6 +24,7 @@ from rules.event_rules import EventRules
 from rules.registry import RuleRegistry
 from store import RevisionedDataset
 from store.canonical import FramingProcesses
+from store.limits import BODY_LIMIT
 from store.streams import StreamCatalog
 
 EXTENSION = "concentrator"
@@ -32,7 +33,7 @@ EXTENSION = "concentrator"
 @dataclass(frozen=True)
 class ServerConfig:
     data_dir: Path
-    max_body_bytes: int | None = None  # RDF request bodies; None: no limit
+    max_body_bytes: int | None = BODY_LIMIT  # Graph Store bodies, as sent and as N-Quads; None: no limit
     retention: int | None = None  # revisions whose history is kept; None: all
     in_memory: bool = False  # tests only: the store lives in memory, its history on disk
     token: str | None = None  # writes need "Authorization: Bearer <token>" (protocol/access.py)

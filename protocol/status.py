@@ -31,7 +31,7 @@ def _dataset_status(served: Services) -> dict[str, Any]:
     dataset = served.dataset
     head = dataset.revision(dataset.head)
     return {"head": head.to_json() if head else None, "revisions": dataset.head,
-            "oldest_readable_revision": dataset.oldest_readable}
+            "oldest_readable_revision": dataset.oldest_readable, "unavailable": dataset.unavailable}
 
 
 # The document's sections, each computed only when asked for (GET /status?sections=…: a dashboard polling the

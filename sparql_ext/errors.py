@@ -49,14 +49,15 @@ class QuerySyntaxError(SparqlExtError):
 
 
 class NestingTooDeep(SparqlExtError):
-    """Brackets nested deeper than ``sparql_ext.lexer.MAX_NESTING``: refused before pyoxigraph's recursive parser,
-    whose stack a few thousand levels overflow (killing the process). Not a ``QuerySyntaxError``: text that is
-    otherwise passed on to pyoxigraph unparsed must never pass with it."""
+    """Brackets (and ``!``) nested deeper than ``sparql_ext.lexer.MAX_NESTING``: refused before pyoxigraph's recursive
+    parser, whose stack a few thousand levels overflow (killing the process). Not a ``QuerySyntaxError``: text that
+    is otherwise passed on to pyoxigraph unparsed must never pass with it."""
 
     def __init__(self, text: str, offset: int, limit: int) -> None:
         self.line, self.column = line_and_column(text, offset)
-        super().__init__(f"Syntax error at line {self.line} column {self.column}: brackets ({{, ( or [) are nested "
-                         f"more than {limit} deep here; this server refuses deeper queries, updates and rules")
+        self.offset, self.limit = offset, limit
+        super().__init__(f"Syntax error at line {self.line} column {self.column}: brackets ({{, (, [ or <<) and ! are "
+                         f"nested more than {limit} deep here; this server refuses deeper queries, updates and rules")
 
 
 class UnsupportedOperation(SparqlExtError):

@@ -165,7 +165,8 @@ def _parse(text: str, base_iri: str | None, tokens: list[Token] | None = None) -
     inner = tokens is not None
     if tokens is None:
         tokens = extended_tokens(text)
-    check_nesting(tokens, text)
+        check_nesting(tokens, text)  # an inner group's text is the outer's, read as deep or less (and checked again
+        # before pyoxigraph reads it when a reading of the outer forks: engine.syntax.check_syntax)
     ctx = ParseContext(text, tokens, bracket_pairs(tokens), base_iri)
     i = _prologue(ctx)
     _dataset_clauses(ctx, i)

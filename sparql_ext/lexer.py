@@ -107,38 +107,38 @@ def tokenize(text: str, start: int = 0) -> Iterator[Token]:
 
 
 def check_nesting(tokens: list[Token], text: str, limit: int = MAX_NESTING) -> None:
-    """Raise ``NestingTooDeep`` at the first bracket that opens level ``limit + 1``.
+    """Raise ``NestingTooDeep`` where ``text`` nests deeper than ``limit`` as pyoxigraph reads it (``nesting``): not
+    as ``tokens`` are (the tokenizer reads ``<((((…))))>`` as one IRI, pyoxigraph may read real parentheses).
 
-    >>> check_nesting(list(tokenize("SELECT * {{{ ?s ?p ?o }}}")), "…", limit=3)
+    >>> check_nesting(list(tokenize("SELECT * {{{ ?s ?p ?o }}}")), "SELECT * {{{ ?s ?p ?o }}}", limit=4)
     >>> check_nesting(list(tokenize("ASK {{{ }}}")), "ASK {{{ }}}", limit=2)
     Traceback (most recent call last):
     ...
-    sparql_ext.errors.NestingTooDeep: Syntax error at line 1 column 7: brackets ({, ( or [) are nested more than 2 \
-deep here; this server refuses deeper queries, updates and rules
+    sparql_ext.errors.NestingTooDeep: Syntax error at line 1 column 7: brackets ({, (, [ or <<) and ! are nested \
+more than 2 deep here; this server refuses deeper queries, updates and rules
     """
-    depth = 0
-    for tok in tokens:
-        if tok.kind is not Kind.PUNCT:
-            continue
-        if tok.text in "{([":
-            depth += 1
-            if depth > limit:
-                raise NestingTooDeep(text, tok.start, limit)
-        elif tok.text in "})]":
-            depth -= 1
+    check_raw_nesting(text, limit)
 
 
 def check_raw_nesting(text: str, limit: int = MAX_NESTING) -> None:
-    """``check_nesting`` for text the tokenizer cannot read (it is passed to pyoxigraph for its own message):
-    brackets inside strings and IRIs count too, which can only refuse text that is invalid anyway."""
-    depth = 0
-    for offset, char in enumerate(text):
-        if char in "{([":
-            depth += 1
-            if depth > limit:
-                raise NestingTooDeep(text, offset, limit)
-        elif char in "})]":
-            depth -= 1
+    """Raise ``NestingTooDeep`` where a reading of ``text`` that pyoxigraph may take opens level ``limit + 1`` (see
+    ``nesting``): for any text, the tokenizer's or not.
+
+    >>> check_raw_nesting("SELECT * { FILTER(1 <((((1))))> 0) }", limit=5)
+    Traceback (most recent call last):
+    ...
+    sparql_ext.errors.NestingTooDeep: Syntax error at line 1 column 25: brackets ({, (, [ or <<) and ! are nested \
+more than 5 deep here; this server refuses deeper queries, updates and rules
+    >>> check_raw_nesting('ASK { FILTER(?x = "((((((") } # ((((((', limit=2)
+    >>> check_raw_nesting("ASK { FILTER(1 <a> 0)\\n((((1)))) }", limit=5)
+    >>> check_raw_nesting("ASK { FILTER(1 <(#> 0)\\n((((1)))) }", limit=5)  # read as code, '(#' opens a comment
+    Traceback (most recent call last):
+    ...
+    sparql_ext.errors.NestingTooDeep: Syntax error at line 2 column 3: brackets ({, (, [ or <<) and ! are nested \
+more than 5 deep here; this server refuses deeper queries, updates and rules
+    """
+    if sum(map(text.count, "([{<!")) > limit:  # else no reading can nest that deep: nothing to read
+        _Nesting(text, limit).check()
 
 
 _OPENERS = {"{": "}", "(": ")", "[": "]"}
@@ -183,3 +183,185 @@ def tokenize_window_refs(text: str) -> list[Token]:
                 raise QuerySyntaxError(f"unexpected character {text[at]!r}", text, at) from None
             out.append(Token(Kind.PUNCT, "~", at, at + 1))
             position = at + 1
+
+
+
+# -- nesting as pyoxigraph reads it --------------------------------------------------------------------------------
+#
+# pyoxigraph's parser reads the text itself (rust-peg, no tokens), and '<' is an IRI's start in one alternative and
+# the operator '<' or '<=' in another: '<((((…))))>' is an IRI in one reading and nested parentheses in the other,
+# and a '#' or "'" inside it begins a comment or a string there, which changes how the rest of the text is read. So
+# nesting is counted on the text, in every reading pyoxigraph may take: an IRI-like '<…>' is read both ways (its
+# content as code, when that nests; as a reading of its own from there on, when it holds '#', "'" or '\' before a
+# '//', at which code is a syntax error), and readings that reach the same token go on as one, as deep as the deeper.
+# Strings are read as pyoxigraph reads them (a long string with an escape it refuses is an empty string '""' then a
+# short one).
+
+_ESCAPE = r"""\\[tbnrf"'\\]|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8}"""
+# One match per token that nests, or may change how what follows is read, after what does neither and what is never
+# code: long strings without \u (first: '""' begins one), strings, comments, escapes, IRIs that neither nest nor fork.
+_NESTING_TOKENS = re.compile(
+    r"""(?:[^"'<>#!(){}\[\]\\]++|>(?!>)|!="""
+    r"""|"{3}(?:(?:""|")?(?:[^"\\]|\\[tbnrf"'\\]))*+"{3}|'{3}(?:(?:''|')?(?:[^'\\]|\\[tbnrf"'\\]))*+'{3}"""
+    rf"""|'(?!'')(?:[^'\\\n\r]|{_ESCAPE})*+'""" rf'''|"(?!"")(?:[^"\\\n\r]|{_ESCAPE})*+"'''
+    r"""|\#[^\n\r]*+|\\.|<[^<>"{}|^`\\\x00-\x20()\[\]!#']*+>)*+"""
+    rf"""(?:("{{3}}(?:(?:""|")?(?:[^"\\]|{_ESCAPE}))*+"{{3}}|'{{3}}(?:(?:''|')?(?:[^'\\]|{_ESCAPE}))*+'{{3}})"""  # 1
+    r"""|(<+)(?:((?:[^<>"{}|^`\\\x00-\x20]|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})*+)>)?"""  # 2: '<'s; 3: an IRI?
+    r"""|(>>+)|([(\[{])|([)\]}])"""  # 4: '>>'s (each closes a '<<'), 5: opens, 6: closes
+    r"""|(!(?:(?:\s|\#[^\n\r]*+)*+!(?!=))*+)"""  # 7: '!'s in a row: pyoxigraph recurses for each ("!!!!true")
+    r"""|(["']))?""",  # 8: a string pyoxigraph cannot read: this reading ends there
+    re.S)
+_STRING_ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|.)", re.S)
+_IRI_AS_CODE = re.compile(r"(?:[^/#'\\]|/(?!/))*+")  # an IRI's content read as code, up to '//' or what forks
+_NESTS = re.compile(r"[()\[\]!]")
+_IN_IRI = re.compile(r"[(\[]|[)\]]|!+(?!=)")
+# an IRI-like token a reading may fork at: in the text a query is rewritten from, it makes the rewritten text read
+# otherwise (``check_derived``)
+_FORKS = re.compile(r"""<(?:[^<>"{}|^`\\\x00-\x20/#']|/(?!/))*+[#'\\]""")
+
+
+def check_derived(text: str, source: str, limit: int = MAX_NESTING) -> None:
+    """``check_raw_nesting`` for ``text`` made of ``source``'s tokens and fixed text (a rewritten query, an update's
+    operation), ``source`` checked already: read only when a reading of ``source`` forks (else ``text`` has
+    ``source``'s one reading, as deep, give or take the levels of the fixed text)."""
+    if _FORKS.search(source):
+        check_raw_nesting(text, limit)
+
+
+class _Reading:
+    """One way of reading the text: its depth, the depths each open bracket returns to, and the '!'s just read (the
+    bracket after them is that much deeper)."""
+
+    __slots__ = ("depth", "stack", "pending")
+
+    def __init__(self, depth: int = 0, stack: list[int] | None = None, pending: int = 0) -> None:
+        self.depth, self.stack, self.pending = depth, [] if stack is None else stack, pending
+
+    def copy(self) -> _Reading:
+        return _Reading(self.depth, list(self.stack), self.pending)
+
+    def merge(self, other: _Reading) -> None:
+        """Be at least as deep as both, now and after any number of closing brackets."""
+        mine, theirs = self.stack, other.stack
+        if len(mine) < len(theirs):
+            mine[:0] = [0] * (len(theirs) - len(mine))
+        for i in range(1, len(theirs) + 1):
+            mine[-i] = max(mine[-i], theirs[-i])
+        self.depth, self.pending = max(self.depth, other.depth), max(self.pending, other.pending)
+
+
+class _Nesting:
+    def __init__(self, text: str, limit: int) -> None:
+        self.text, self.limit = text, limit
+
+    def check(self) -> None:
+        position, reading = 0, _Reading()
+        while True:
+            readings: dict[int, tuple[int, _Reading]] = {}  # where each reading's next token begins -> from where, how
+            for found in self._alone(position, reading):
+                self._add(readings, *found)
+            while len(readings) > 1:
+                for found in self._token(*readings.pop(min(readings))):
+                    self._add(readings, *found)
+            if not readings:
+                return
+            [(position, reading)] = readings.values()
+
+    def _add(self, readings: dict[int, tuple[int, _Reading]], position: int, reading: _Reading) -> None:
+        token = _NESTING_TOKENS.match(self.text, position)
+        assert token is not None  # it matches the empty string
+        group = token.lastindex
+        at = len(self.text) if group is None else token.start(2 if group == 3 else group)
+        if at in readings:  # readings that reach the same token go on as one
+            readings[at][1].merge(reading)
+        else:
+            readings[at] = (position, reading)
+
+    def _alone(self, position: int, reading: _Reading) -> list[tuple[int, _Reading]]:
+        """Read on while there is one reading: the readings an IRI forks it into, or none at the end. (``_token``,
+        inlined for brackets: most of the tokens left of a rule, registered by the thousand.)"""
+        text, limit, end, match = self.text, self.limit, len(self.text), _NESTING_TOKENS.match
+        while position < end:
+            token = match(text, position)
+            assert token is not None  # it matches the empty string
+            group = token.lastindex
+            if group == 5:
+                reading.stack.append(reading.depth)
+                reading.depth, reading.pending = reading.depth + 1 + reading.pending, 0
+                if reading.depth > limit:
+                    raise NestingTooDeep(text, token.start(5), limit)
+            elif group == 6:
+                reading.depth, reading.pending = reading.stack.pop() if reading.stack else 0, 0
+            elif group is None:
+                break
+            else:
+                found = self._token(position, reading)
+                if len(found) != 1:
+                    return found
+                position, reading = found[0]
+                continue
+            position = token.end()
+        return []
+
+    def _token(self, position: int, reading: _Reading) -> list[tuple[int, _Reading]]:
+        """Read the next token from ``position``: where the reading goes on (two places when an IRI forks it), or
+        nowhere at the end."""
+        text = self.text
+        token = _NESTING_TOKENS.match(text, position)
+        assert token is not None
+        group, after = token.lastindex, token.end()
+        if group == 5:
+            self._open(reading, 1, token.start(5))
+        elif group == 6 or group == 4:
+            for _ in range(1 if group == 6 else len(token[4]) // 2):
+                reading.depth = reading.stack.pop() if reading.stack else 0
+            reading.pending = 0
+        elif group == 7:
+            reading.pending = token[7].count("!")
+            if reading.depth + reading.pending > self.limit:
+                raise NestingTooDeep(text, token.start(7), self.limit)
+        elif group == 2 or group == 3:  # '<'s, then an IRI's content or not
+            self._open(reading, len(token[2]) // 2, token.start(2))  # '<<' (a reified or triple term) or '<'
+            if group == 3:
+                start, stop = token.span(3)
+                code = _IRI_AS_CODE.match(text, start, stop).end()  # type: ignore[union-attr]  # matches ""
+                as_code = reading.copy()
+                if _NESTS.search(text, start, code):  # read as code, it nests
+                    for inside in _IN_IRI.finditer(text, start, code):
+                        self._in_iri(as_code, inside)
+                if code < stop and text[code] != "/":  # read as code, a '#', "'" or '\' changes what follows
+                    return [(after, reading), (code, as_code)]
+                reading.merge(as_code)
+        elif group == 1 and not self._escapes_read(token[1]) or group == 8 and text.startswith(token[8] * 3, after - 1):
+            after = token.start(group) + 2  # not a long string: '""' (an empty string), then what follows is read
+        elif group is None or group == 8:
+            return []
+        return [(after, reading)]
+
+    def _in_iri(self, reading: _Reading, found: re.Match[str]) -> None:
+        char = found[0][0]
+        if char == "!":
+            reading.pending = len(found[0])
+            if reading.depth + reading.pending > self.limit:
+                raise NestingTooDeep(self.text, found.start(), self.limit)
+        elif char in "([":
+            self._open(reading, 1, found.start())
+        else:
+            reading.depth, reading.pending = reading.stack.pop() if reading.stack else 0, 0
+
+    def _open(self, reading: _Reading, count: int, at: int) -> None:
+        for _ in range(count):
+            reading.stack.append(reading.depth)
+            reading.depth += 1 + reading.pending
+            reading.pending = 0
+            if reading.depth > self.limit:
+                raise NestingTooDeep(self.text, at, self.limit)
+
+    @staticmethod
+    def _escapes_read(string: str) -> bool:
+        """Whether pyoxigraph reads a long string's escapes: each ``\\u`` and ``\\U`` a Unicode scalar value."""
+        for escape in _STRING_ESCAPE.finditer(string):
+            code = escape[1] or escape[2]
+            if code is not None and (int(code, 16) > 0x10FFFF or 0xD800 <= int(code, 16) <= 0xDFFF):
+                return False
+        return True

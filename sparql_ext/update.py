@@ -9,12 +9,13 @@ clauses, because pyoxigraph's Python API has no parameter for them.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sparql_ext.errors import ProtocolConflict, QuerySyntaxError, UnsupportedOperation, line_and_column
 from sparql_ext.iris import resolve_iri
-from sparql_ext.lexer import Kind, Token, check_nesting, matching_close, tokenize
+from sparql_ext.lexer import Kind, Token, check_derived, check_nesting, matching_close, tokenize
 
 DEFAULT_GRAPH = ""  # the store's default graph in graph sets below
 
@@ -104,6 +105,8 @@ def split_update(
             end = _operation_end(tokens, i, text)
             operations.append(_analyze(tokens[i:end], ctx, tuple(using), tuple(using_named)))
             i = end
+    for operation in operations:  # each is run as a text of its own (its prologue and rewritten clauses)
+        check_derived(operation.text, text)
     return operations
 
 
@@ -230,7 +233,13 @@ def _analyze(
                          using_named=using_named)
     if word in ("WITH", "INSERT", "DELETE"):
         return _modify(tokens, ctx, prologue, using, using_named)
-    raise QuerySyntaxError(f"{first.text!r} does not start an update operation", text, first.start)
+    close = difflib.get_close_matches(first.text.upper(), _OPERATIONS, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else f" ({', '.join(_OPERATIONS)})"
+    raise QuerySyntaxError(f"{first.text!r} does not start an update operation{hint}", text, first.start)
+
+
+_OPERATIONS = ("INSERT DATA", "DELETE DATA", "DELETE WHERE", "INSERT", "DELETE", "WITH", "LOAD", "CLEAR", "CREATE",
+               "DROP", "COPY", "MOVE", "ADD")
 
 
 def _modify(

@@ -8,7 +8,7 @@ therefore written in a *framing process* (``FramingProcesses``, ``python -m stor
 thread frames the previous segment's elements meanwhile. Smaller ones (a sensor's element, an MQTT or WebSocket
 message) are written in the caller's thread: a round trip to another process would only add latency.
 
-This module imports nothing of the project, so a framing process starts with pyoxigraph alone.
+This module imports nothing of the project but its limits, so a framing process starts with pyoxigraph alone.
 """
 
 from __future__ import annotations
@@ -27,10 +27,15 @@ from typing import Protocol
 
 from pyoxigraph import RdfFormat, parse, serialize
 
-MAX_PENDING = 8 << 20  # bytes of a TriG body read without a confirmed cut before the precise path takes over
+from store.limits import ELEMENT_LIMIT
+
+MAX_PENDING = ELEMENT_LIMIT  # bytes of a body read without a statement boundary: beyond, no element can be that long
 REMOTE_BYTES = 16 << 10  # segments this large go to a framing process
 _CANDIDATES = 4  # TriG cut candidates tried from the end of what has arrived
 _TRIG_END = re.compile(rb"(?:\}|\.)[ \t]*\r?\n")
+_LINE_END = re.compile(rb"[ \t]*\r?\n")
+_TAIL = 64 << 10  # bytes searched for the last candidates first (the search widens when lines are longer)
+_BRACES = 64  # "}" looked at from the end for the end of a graph block (others are inside literals or comments)
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,9 @@ class Segment:
 def canonical_segment(buffer: bytes, eof: bool, media_type: str, syntax: Syntax) -> Segment:
     """The longest prefix of ``buffer`` that ends at a statement boundary, as canonical TriG (see ``Segment``).
 
-    N-Quads is cut after its last newline. TriG is cut after a top-level ``}`` or ``.`` at a line end, the last
-    few such candidates tried from the end until one parses."""
+    N-Quads is cut after its last newline. TriG is cut after a top-level ``}`` or ``.`` at a line end: the last
+    such candidate, then the last ``}`` at a line end (the end of a graph block, however long the block), then a
+    few more from the end, until one parses."""
     rdf_format = RdfFormat.from_media_type(media_type)
     assert rdf_format is not None, media_type
     if rdf_format == RdfFormat.N_QUADS:
@@ -65,8 +71,7 @@ def canonical_segment(buffer: bytes, eof: bool, media_type: str, syntax: Syntax)
             return Segment(0, b"", syntax)
         written = _canonical(buffer[:cut], rdf_format, syntax)
         return Segment(None, b"", syntax) if written is None else Segment(cut, *written)
-    ends = [m.end() for m in _TRIG_END.finditer(buffer, max(0, len(buffer) - MAX_PENDING))]
-    for cut in ([len(buffer)] if eof else []) + ends[::-1][:_CANDIDATES]:
+    for cut in _trig_cuts(buffer, eof):
         written = _canonical(buffer[:cut], rdf_format, syntax)
         if written is not None:
             return Segment(cut, *written)
@@ -75,13 +80,42 @@ def canonical_segment(buffer: bytes, eof: bool, media_type: str, syntax: Syntax)
     return Segment(0, b"", syntax)
 
 
+def _trig_cuts(buffer: bytes, eof: bool) -> list[int]:
+    """Where a TriG segment may end, in the order they are tried (see ``canonical_segment``): C-speed searches from
+    the end, so a long element costs no Python work per line."""
+    window = _TAIL
+    while True:
+        start = max(0, len(buffer) - window)
+        ends = [m.end() for m in _TRIG_END.finditer(buffer, start)][-_CANDIDATES:]
+        if len(ends) == _CANDIDATES or start == 0:
+            break
+        window *= 16
+    cuts = ([len(buffer)] if eof else []) + ends[::-1][:1] + _block_end(buffer) + ends[::-1][1:]
+    return list(dict.fromkeys(cuts))
+
+
+def _block_end(buffer: bytes) -> list[int]:
+    """The end of the line of the last ``}`` that ends a line, if one of the last ``_BRACES`` ``}`` does."""
+    end = len(buffer)
+    for _ in range(_BRACES):
+        brace = buffer.rfind(b"}", 0, end)
+        if brace < 0:
+            return []
+        line_end = _LINE_END.match(buffer, brace + 1)
+        if line_end is not None:
+            return [line_end.end()]
+        end = brace
+    return []
+
+
 def _canonical(segment: bytes, rdf_format: RdfFormat, syntax: Syntax) -> tuple[bytes, Syntax] | None:
-    """``segment`` written back as canonical TriG, and the syntax after it; None if it does not parse as it is."""
+    """``segment`` written back as canonical TriG, and the syntax after it; None if it does not parse as it is (or
+    holds a token too long for the parser: the precise path says which element)."""
     declarations = "".join(f"@prefix {name}: <{iri}> .\n" for name, iri in syntax.prefixes.items()).encode()
     parser = parse(declarations + segment, rdf_format, base_iri=syntax.base_iri, rename_blank_nodes=False)
     try:
         canonical = serialize(parser, format=RdfFormat.TRIG)
-    except SyntaxError:
+    except (SyntaxError, MemoryError):
         return None
     if rdf_format == RdfFormat.N_QUADS:
         return canonical or b"", syntax

@@ -8,10 +8,15 @@ Cost model (see docs/revisions.md):
 * a Graph Store read of one graph at revision r costs O(|graph at HEAD| + deltas after r);
 * a write costs the store write, plus writing its delta (the inserted quads once more in a file,
   and the deleted ones), plus for SPARQL Update a snapshot of the graphs each operation can change.
+
+A write that fails changes nothing, whatever the exception: its journal's undo steps are applied (tried again if
+they fail), and if they still cannot be, the dataset refuses reads and writes (``DatasetUnavailable``) until a
+restart completes them: no reader ever sees a half-applied or half-undone transaction.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import shutil
 import tempfile
@@ -24,21 +29,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from pyoxigraph import BlankNode, DefaultGraph, NamedNode, Quad, QuerySolutions, RdfFormat, Store, parse, serialize
+from pyoxigraph import DefaultGraph, Quad, RdfFormat, Store, parse, serialize
 
-from sparql_ext import Operation, UnsupportedOperation, parse_revision, split_update
+from sparql_ext import UnsupportedOperation, parse_revision, split_update
+from sparql_ext.errors import ConcentratorError
 from store.durable import fsync_file
-from store.errors import GraphNotFound, QueryFailed, RevisionNotRetained, StorageFailure
-from store.history import History, UndoStep
+from store.errors import DatasetUnavailable, GraphNotFound, RevisionNotRetained, StorageFailure
+from store.history import History, UndoStep, journal_graphs, undo
 from store.revlog import Revision, RevisionLog
 from store.rwlock import ReadWriteLock
 from store.staging import StagedQuads, concatenate, stage_rdf
-from store.terms import GraphName, graph_from_iri, graph_from_text, graph_to_text
+from store.terms import GraphName, graph_to_text
+from store.updates import apply_operations, check_syntax
 
 log = logging.getLogger(__name__)
 
 NQ = RdfFormat.N_QUADS
 BULK_THRESHOLD = 100_000  # quads; above, bulk_load (fast, writes new files) beats a transaction
+UNDO_ATTEMPTS = 3  # a failed undo is tried again (a MemoryError may pass once garbage is collected)
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,7 @@ class RevisionedDataset:
         self._retention = retention
         self._cache: OrderedDict[int, Store] = OrderedDict()
         self._cache_size = revision_cache
+        self._unavailable: str | None = None  # why reads and writes are refused (an undo that could not complete)
         self._recover()
         self._log = RevisionLog(self._history.read_revisions())
         self._oldest_readable = self._find_oldest_readable()
@@ -93,7 +102,13 @@ class RevisionedDataset:
         return self._log.get(ordinal)
 
     def revisions_since(self, ordinal: int) -> list[Revision]:
+        self._check_available()
         return self._log.since(ordinal)
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why the dataset refuses reads and writes (a failed write it could not undo), or None."""
+        return self._unavailable
 
     def resolve(self, designator: str | None) -> int | None:
         """Ordinal named by a revision designator; ``None`` (no designator) means HEAD."""
@@ -113,6 +128,7 @@ class RevisionedDataset:
         """A store holding the state after revision ``ordinal`` (HEAD if None), for the
         duration of the block. Results must be consumed inside the block."""
         with self._lock.read():
+            self._check_available()
             if ordinal is None or ordinal == self._log.head:
                 yield self._store
                 return
@@ -122,6 +138,7 @@ class RevisionedDataset:
     def graph_quads(self, graph: GraphName, ordinal: int | None = None) -> list[Quad] | None:
         """The quads of one graph at a revision; None if the graph does not exist there."""
         with self._lock.read():
+            self._check_available()
             current = list(self._store.quads_for_pattern(None, None, None, graph))
             if ordinal is None or ordinal == self._log.head:
                 if current or isinstance(graph, DefaultGraph):
@@ -142,6 +159,7 @@ class RevisionedDataset:
         are the graph's mementos (RFC 7089). Cost: every retained delta is read once, newest first, undoing them
         from HEAD over the graph's quads."""
         with self._lock.read():
+            self._check_available()
             oldest = self._oldest_readable  # the revisions after it have their deltas
             quads = set(self._store.quads_for_pattern(None, None, None, graph))
             exists = bool(quads) or isinstance(graph, DefaultGraph) or self._store.contains_named_graph(graph)
@@ -162,6 +180,7 @@ class RevisionedDataset:
 
     def contains_graph(self, graph: GraphName) -> bool:
         with self._lock.read():
+            self._check_available()
             return isinstance(graph, DefaultGraph) or self._store.contains_named_graph(graph)
 
     def _state_at(self, ordinal: int) -> Store:
@@ -193,7 +212,7 @@ class RevisionedDataset:
         return concatenate(parts, self._staging_dir)
 
     def add(self, staged: StagedQuads, operation: str = "add") -> Commit:
-        """Add the staged quads (Graph Store POST, stream append): one revision."""
+        """Add the staged quads (Graph Store POST, a replayed dataset): one revision."""
         try:
             with self._transaction() as ordinal:
                 ins, dele = self._history.delta_paths(ordinal)
@@ -212,8 +231,10 @@ class RevisionedDataset:
                     inserted = staged.count
                 dele.touch()
                 fsync_file(ins)
+                # graphs the add creates are cleared: only quads added to graphs that existed are read back
                 self._history.begin(ordinal, [UndoStep(
-                    remove=str(ins), add=str(dele), drop=_texts(created, named_only=True))])
+                    clear=journal_graphs(created), remove=str(ins) if existing else None,
+                    drop=journal_graphs(created, named_only=True))])
                 self._load(ins, inserted)
                 for graph in created:
                     if not isinstance(graph, DefaultGraph):
@@ -237,10 +258,13 @@ class RevisionedDataset:
                 shutil.move(staged.path, ins)
                 fsync_file(ins)
                 fsync_file(dele)
-                clear = () if graph is None else (graph_to_text(graph),)
-                self._history.begin(ordinal, [UndoStep(
-                    clear=clear, remove=str(ins), add=str(dele),
-                    drop=() if existed or graph is None else (graph_to_text(graph),))])
+                # clearing what is replaced undoes the load without reading it again; its old quads are put back
+                if graph is None:
+                    step = UndoStep(clear_all=True, add=str(dele), create=journal_graphs(self._store.named_graphs()))
+                else:
+                    step = UndoStep(clear=(graph_to_text(graph),), add=str(dele),
+                                    drop=() if existed else (graph_to_text(graph),))
+                self._history.begin(ordinal, [step])
                 deleted = _count_lines(dele)
                 if graph is None:
                     self._store.clear()
@@ -264,7 +288,7 @@ class RevisionedDataset:
             with dele.open("wb") as out:
                 self._dump_graph(graph, out)
             fsync_file(dele)
-            self._history.begin(ordinal, [UndoStep(add=str(dele))])
+            self._history.begin(ordinal, [UndoStep(add=str(dele), create=journal_graphs([graph], named_only=True))])
             if isinstance(graph, DefaultGraph):
                 self._store.clear_graph(graph)
             else:
@@ -287,40 +311,12 @@ class RevisionedDataset:
                     "LOAD is not supported: this server fetches nothing from the network; "
                     "send the data with the Graph Store Protocol (PUT/POST /store) instead"
                 )
-        _check_syntax(text, base_iri)
+        check_syntax(text, base_iri)
         if using or using_named:  # the rewritten operations, one by one (each has its prologue)
             for op in operations:
-                _check_syntax(op.text, base_iri)
+                check_syntax(op.text, base_iri)
         with self._transaction() as ordinal:
-            inserted: set[Quad] = set()
-            deleted: set[Quad] = set()
-            steps: list[UndoStep] = []
-            for index, op in enumerate(operations):
-                graphs = self._affected_graphs(op)
-                before = self._snapshot(graphs)
-                image = self._history.scratch_path(f"{ordinal}.{index}.before.nq")
-                with image.open("wb") as out:
-                    serialize(before, out, NQ)
-                fsync_file(image)
-                absent = [g for g in graphs if not self._exists(g)]
-                steps.append(UndoStep(clear=_texts(graphs), add=str(image),
-                                      drop=_texts(absent, named_only=True)))
-                self._history.begin(ordinal, list(reversed(steps)))
-                try:
-                    self._store.update(op.text, base_iri=base_iri)
-                except (SyntaxError, ValueError, RuntimeError) as error:
-                    raise QueryFailed(f"update operation {index + 1} ({op.kind}) failed: {error}") from None
-                after = self._snapshot(graphs)
-                for quad in before - after:  # compose: net change since the request began
-                    if quad in inserted:
-                        inserted.discard(quad)
-                    else:
-                        deleted.add(quad)
-                for quad in after - before:
-                    if quad in deleted:
-                        deleted.discard(quad)
-                    else:
-                        inserted.add(quad)
+            inserted, deleted = apply_operations(self._store, self._history, ordinal, operations, base_iri)
             ins, dele = self._history.delta_paths(ordinal)
             for path, quads in ((ins, inserted), (dele, deleted)):
                 with path.open("wb") as out:
@@ -331,17 +327,21 @@ class RevisionedDataset:
     # --- transaction machinery ----------------------------------------------------------------
     @contextmanager
     def _transaction(self) -> Iterator[int]:
-        """Hold the writer and exclude readers; on failure undo the journal's steps."""
+        """Hold the writer and exclude readers; on failure undo the journal's steps (``_roll_back``). An error of the
+        store's own family passes as it is; another (a ``MemoryError``, the storage engine's) becomes a
+        ``StorageFailure`` saying that nothing changed."""
         with self._writer, self._lock.write():
+            self._check_available()
             ordinal = self._log.head + 1
             try:
                 yield ordinal
-            except BaseException:
-                pending = self._history.pending()
-                if pending is not None and pending[0] == ordinal:
-                    self._undo(pending[1])
-                self._history.drop_deltas(ordinal)
-                self._history.end()
+            except BaseException as error:
+                if self._log.head == ordinal:
+                    raise  # committed: what fails after the commit point does not undo it
+                self._roll_back(ordinal, error)
+                if isinstance(error, Exception) and not isinstance(error, ConcentratorError):
+                    raise StorageFailure(f"the write failed and was rolled back (nothing changed): "
+                                         f"{type(error).__name__}: {error}") from error
                 raise
         if self._log.head == ordinal:
             for listener in self.on_commit:
@@ -359,13 +359,11 @@ class RevisionedDataset:
         return revision
 
     def _load(self, path: Path, count: int) -> None:
-        try:
-            if count >= BULK_THRESHOLD:
-                self._store.bulk_load(path=str(path), format=NQ)
-            elif count:
-                self._store.load(path=str(path), format=NQ)
-        except (OSError, SyntaxError, ValueError) as error:
-            raise StorageFailure(f"the store could not apply the transaction: {error}") from None
+        """Load a staged file (checked as it was staged: pyoxigraph reads every line); a failure is rolled back."""
+        if count >= BULK_THRESHOLD:
+            self._store.bulk_load(path=str(path), format=NQ)
+        elif count:
+            self._store.load(path=str(path), format=NQ)
 
     def _dump_graph(self, graph: GraphName, out: IO[bytes]) -> None:
         # Store.dump(from_graph=) writes triples without their graph: keep the graph name.
@@ -374,58 +372,50 @@ class RevisionedDataset:
     def _exists(self, graph: GraphName) -> bool:
         return isinstance(graph, DefaultGraph) or self._store.contains_named_graph(graph)
 
-    def _affected_graphs(self, op: Operation) -> list[GraphName]:
-        graphs: set[GraphName] = {graph_from_iri(g) for g in op.graphs}
-        if op.all_named:
-            graphs.update(self._store.named_graphs())
-        if op.where is not None:
+    def _roll_back(self, ordinal: int, error: BaseException) -> None:
+        """Undo the uncommitted transaction ``ordinal`` and forget it; if its undo cannot be completed, keep its
+        journal for the next start and refuse reads and writes until then (``DatasetUnavailable``)."""
+        pending = self._history.pending()
+        if pending is not None and pending[0] == ordinal and not self._undo(pending[1]):
+            self._unavailable = (
+                f"a failed write (revision {ordinal}: {type(error).__name__}: {error}) could not be undone; the "
+                "dataset refuses reads and writes until the server restarts, which completes the undo")
+            log.error("%s", self._unavailable)
+            raise DatasetUnavailable(self._unavailable) from error
+        self._history.drop_deltas(ordinal)
+        self._history.end()
+
+    def _undo(self, steps: list[UndoStep]) -> bool:
+        """Apply undo steps, up to ``UNDO_ATTEMPTS`` times (applying them again is harmless); False if none
+        completed."""
+        for attempt in range(1, UNDO_ATTEMPTS + 1):
             try:
-                solutions = self._store.query(
-                    op.where,
-                    default_graph=[NamedNode(g) for g in op.using] or None,
-                    named_graphs=[NamedNode(g) for g in op.using_named] or None,
-                )
-            except (SyntaxError, ValueError) as error:
-                raise QueryFailed(f"update operation ({op.kind}) failed: {error}") from None
-            assert isinstance(solutions, QuerySolutions)  # op.where is a SELECT
-            for solution in solutions:
-                for variable in op.graph_vars:
-                    term = solution[variable]
-                    if isinstance(term, NamedNode | BlankNode):
-                        graphs.add(term)
-        return sorted(graphs, key=graph_to_text)
+                undo(self._store, steps)
+                return True
+            except Exception as error:  # noqa: BLE001 - whatever failed, the steps are tried again or the dataset closes
+                # the message only: a logged traceback would keep the store open through its frames
+                log.error("undo attempt %d of %d failed: %s: %s", attempt, UNDO_ATTEMPTS, type(error).__name__,
+                          str(error))
+                gc.collect()
+        return False
 
-    def _snapshot(self, graphs: list[GraphName]) -> set[Quad]:
-        quads: set[Quad] = set()
-        for graph in graphs:
-            quads.update(self._store.quads_for_pattern(None, None, None, graph))
-        return quads
-
-    def _undo(self, steps: list[UndoStep]) -> None:
-        """Apply undo steps in order (the journal stores them newest first)."""
-        for step in steps:
-            for text in step.clear:
-                graph = graph_from_text(text)
-                if self._exists(graph):
-                    self._store.clear_graph(graph)
-            if step.remove and Path(step.remove).exists():
-                for quad in parse(path=step.remove, format=NQ):
-                    self._store.remove(quad)
-            if step.add and Path(step.add).exists():
-                self._store.bulk_extend(parse(path=step.add, format=NQ))
-            for text in step.drop:
-                self._store.remove_graph(graph_from_text(text))
-        self._store.flush()
+    def _check_available(self) -> None:
+        if self._unavailable is not None:
+            raise DatasetUnavailable(self._unavailable)
 
     def _recover(self) -> None:
-        """Undo a transaction that was being applied when the process died."""
+        """Undo a transaction that was being applied when the process died (or whose undo failed)."""
         pending = self._history.pending()
         if pending is None:
             return
         ordinal, steps = pending
         committed = [r.ordinal for r in self._history.read_revisions()]
         if ordinal not in committed:
-            self._undo(steps)
+            if not self._undo(steps):
+                self._unavailable = (f"the undo of an interrupted write (revision {ordinal}) failed at start-up; the "
+                                     "dataset refuses reads and writes until a restart completes it")
+                log.error("%s", self._unavailable)
+                return
             self._history.drop_deltas(ordinal)
         self._history.end()
 
@@ -456,21 +446,6 @@ class RevisionedDataset:
             self._store = None  # type: ignore[assignment]  # the last reference: pyoxigraph closes the store
 
 
-def _texts(graphs: Iterable[GraphName], *, named_only: bool = False) -> tuple[str, ...]:
-    return tuple(graph_to_text(g) for g in graphs
-                 if not (named_only and isinstance(g, DefaultGraph)))
-
-
 def _count_lines(path: Path) -> int:
     with path.open("rb") as f:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-
-
-def _check_syntax(text: str, base_iri: str | None) -> None:
-    """Let pyoxigraph judge the syntax, on an empty store, before anything is touched."""
-    try:
-        Store().update(text, base_iri=base_iri)
-    except SyntaxError as error:
-        raise QueryFailed.from_pyoxigraph("update is not valid SPARQL 1.1", error) from None
-    except (ValueError, RuntimeError, OSError):
-        pass  # an evaluation error on the empty store says nothing about syntax

@@ -17,7 +17,9 @@ from pyoxigraph import BlankNode, DefaultGraph, Literal, NamedNode, Quad, RdfFor
 from sparql_ext.errors import RevisionSyntaxError
 from sparql_ext.revision import parse_datetime_stamp
 from sparql_ext.windowing import to_micros
-from store.errors import ElementRejected, RdfSyntaxError
+from store.errors import ElementRejected, ElementTooLarge, RdfSyntaxError, StatementTooLarge
+from store.limits import ELEMENT_LIMIT, guarded
+from store.staging import TOKEN_TOO_LONG, parser_overflow
 
 PROV_GENERATED_AT_TIME = "http://www.w3.org/ns/prov#generatedAtTime"
 _DATETIME_TYPES = frozenset({
@@ -85,7 +87,7 @@ class QuadFramer:
     def __init__(self, source: IO[bytes], rdf_format: RdfFormat, timestamp_predicate: str,
                  *, base_iri: str | None = None, first_ordinal: int = 1, seen: set[bytes] | None = None,
                  byte_offset: int = 0) -> None:
-        self._reader = _CountingReader(source)
+        self._reader = _CountingReader(guarded(source, rdf_format.media_type))  # never too deep
         self._format = rdf_format
         self._predicate = NamedNode(timestamp_predicate)
         self._base_iri = base_iri
@@ -133,6 +135,12 @@ class QuadFramer:
             where = (f"element {self.next_label} (graph {current.graph}) or the element after it"
                      if current is not None else f"element {self.next_label}")
             raise RdfSyntaxError(f"{where}, near byte {self.bytes_read}: {error}") from None
+        except MemoryError as error:  # a token longer than the parser's buffer: where, as for a syntax error
+            if not parser_overflow(error):
+                raise
+            where = (f"element {self.next_label} (graph {current.graph}) or the element after it"
+                     if current is not None else f"element {self.next_label}")
+            raise StatementTooLarge(f"{where}, near byte {self.bytes_read}: {TOKEN_TOO_LONG}") from None
         if current is not None:
             yield self._finish(current)
 
@@ -167,18 +175,23 @@ class QuadFramer:
 
 
 def single_element(source: IO[bytes], rdf_format: RdfFormat, graph: ElementName, time: int | None,
-                   *, base_iri: str | None = None, max_bytes: int | None = None) -> ParsedElement:
-    """A Turtle / N-Triples body: the whole body is one element in ``graph``."""
-    reader = _CountingReader(source)
+                   *, base_iri: str | None = None, max_bytes: int = ELEMENT_LIMIT) -> ParsedElement:
+    """A Turtle / N-Triples body: the whole body is one element in ``graph``, of at most ``max_bytes``."""
+    reader = _CountingReader(guarded(source, rdf_format.media_type))  # never too deep for the parser
     element = ParsedElement(graph, time=time)
     try:
         quads = parse(input=cast(IO[bytes], reader), format=rdf_format, base_iri=base_iri, rename_blank_nodes=False)
         for quad in quads:
             element.quads.append(Quad(quad.subject, quad.predicate, quad.object, graph))
-            if max_bytes is not None and reader.consumed > max_bytes:
-                break
+            if reader.consumed > max_bytes:
+                raise ElementTooLarge(f"element (graph {graph}): more than {max_bytes:,} bytes as sent, over the "
+                                      "element limit")
     except SyntaxError as error:
         raise RdfSyntaxError(f"element (graph {graph}): {error}") from None
+    except MemoryError as error:  # a token longer than the parser's buffer
+        if not parser_overflow(error):
+            raise
+        raise StatementTooLarge(f"element (graph {graph}): {TOKEN_TOO_LONG}") from None
     return element
 
 

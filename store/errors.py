@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from sparql_ext.errors import ConcentratorError
+from sparql_ext.syntax_messages import explain
 
 
 class StoreError(ConcentratorError):
@@ -31,6 +32,14 @@ class BodyTooLarge(StoreError):
     status_hint = 413
 
 
+class StatementTooLarge(BodyTooLarge):
+    """A statement over ``store.limits.STATEMENT_LIMIT`` as N-Quads, or a token too long for pyoxigraph's parsers."""
+
+
+class ElementTooLarge(BodyTooLarge):
+    """A stream element over ``store.limits.ELEMENT_LIMIT``, as sent or as stored."""
+
+
 class GraphNotFound(StoreError):
     status_hint = 404
 
@@ -53,16 +62,26 @@ class QueryFailed(StoreError):
     status_hint = 400
 
     @classmethod
-    def from_pyoxigraph(cls, what: str, error: Exception) -> QueryFailed:
-        """Spell pyoxigraph's "error at L:C" as "line L column C"."""
-        text = re.sub(r"\bat (\d+):(\d+)", r"at line \1 column \2", str(error))
-        return cls(f"{what}: {text}")
+    def from_pyoxigraph(cls, what: str, error: Exception, text: str | None = None, *,
+                        update: bool = False) -> QueryFailed:
+        """pyoxigraph's syntax error about ``text`` (the user's query or update) in one line: where, what was found,
+        what was likely meant (``sparql_ext.syntax_messages``); without ``text``, its "error at L:C" spelt
+        "line L column C"."""
+        if text is not None:
+            return cls(f"{what}: {explain(text, str(error), update=update)}")
+        return cls(f"{what}: " + re.sub(r"\bat (\d+):(\d+)", r"at line \1 column \2", str(error)))
 
 
 class StorageFailure(StoreError):
     """The disk or the storage engine failed; the transaction was rolled back."""
 
     status_hint = 500
+
+
+class DatasetUnavailable(StoreError):
+    """A failed write could not be undone: the dataset refuses reads and writes until a restart completes the undo."""
+
+    status_hint = 503
 
 
 class ElementRejected(StoreError):
@@ -108,3 +127,23 @@ class PageGone(StoreError):
     """An LDES page whose members retention expired (LDES: compacted pages answer 410 Gone)."""
 
     status_hint = 410
+
+
+class NestedTooDeep(RdfSyntaxError):
+    """RDF nested deeper than its syntax's limit in ``store.limits`` (a body, a message, an LDES page, SERVICE
+    results): refused before pyoxigraph's parsers, which recurse per level and overflow a thread's stack a few
+    thousand levels down, killing the process. ``offset``: the byte where the limit is passed."""
+
+    def __init__(self, message: str, offset: int) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+class EntityExpansionTooLarge(BodyTooLarge):
+    """An RDF/XML document whose DTD entities expand to more than ``store.limits.ENTITY_EXPANSION`` bytes beyond its
+    own size ("billion laughs")."""
+
+
+class XmlEntityRefused(RdfSyntaxError):
+    """An RDF/XML DTD declaring an entity the server does not read: an external one (``SYSTEM``, ``PUBLIC``) or a
+    parameter entity (``%``)."""

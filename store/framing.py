@@ -18,6 +18,11 @@ The framed element carries its block as bytes (``ParsedElement.block``): the ele
 datasets are loaded from them. Anything that does not fit the fast path (a syntax error, a default-graph triple
 that is not a timestamp, a timestamp that does not parse) is framed again by ``QuadFramer`` (one Python quad per
 statement), which says precisely which element is wrong and yields the ones before it.
+
+Sizes: an element is at most ``ELEMENT_LIMIT`` bytes as sent (no statement boundary in more than that:
+``MAX_PENDING``) and as stored, and holds no statement over ``STATEMENT_LIMIT`` as N-Quads (``oversize``, which
+the stream checks for every element it accepts). While a long element arrives, what has arrived is framed again
+only once a block's end (TriG) or a line's end (N-Quads) has: its cost stays proportional to its size.
 """
 
 from __future__ import annotations
@@ -27,14 +32,14 @@ import re
 import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, cast
 
 from pyoxigraph import BlankNode, NamedNode, RdfFormat, parse, serialize
 
 from sparql_ext.errors import InstantSyntaxError
 from sparql_ext.revision import parse_datetime_stamp
 from sparql_ext.windowing import to_micros
-from store.canonical import IN_THIS_THREAD, SegmentWriter, Syntax
+from store.canonical import IN_THIS_THREAD, MAX_PENDING, SegmentWriter, Syntax
 from store.elements import (
     PROV_GENERATED_AT_TIME,
     ElementName,
@@ -42,11 +47,15 @@ from store.elements import (
     QuadFramer,
     parse_timestamp,
 )
-from store.errors import ElementRejected, RdfSyntaxError
+from store.errors import BodyTooLarge, ElementRejected, ElementTooLarge, RdfSyntaxError, StatementTooLarge
+from store.limits import ELEMENT_LIMIT, STATEMENT_LIMIT, guarded
+from store.staging import TOKEN_TOO_LONG, check_statements, first_long_line, parser_overflow
 
 _READ = 1 << 16
 _SEGMENT = 1 << 17  # bytes of a body that has arrived framed as one segment (fewer round trips to a framing process)
 _XSD = "http://www.w3.org/2001/XMLSchema#"
+_PATIENT = 1 << 18  # bytes of a body without a cut from which it is framed again only when a block's end arrives
+_LINE_END = re.compile(rb"[ \t]*\r?\n")
 # In canonical TriG a statement ends at " , " (object list), " ;\n" (predicate list) or " .\n", outside literals
 # (a literal's own newlines are escaped, and IRIs and blank node labels hold no spaces).
 _STATEMENT_ENDS = re.compile(rb'"(?:[^"\\]|\\.)*"|( , | ;\n| \.\n)')
@@ -88,7 +97,7 @@ class ElementFramer:
     def __init__(self, source: IO[bytes], rdf_format: RdfFormat, timestamp_predicate: str,
                  *, base_iri: str | None = None, first_ordinal: int = 1,
                  segments: SegmentWriter = IN_THIS_THREAD) -> None:
-        self._source = source
+        self._source = guarded(source, rdf_format.media_type)  # every parser reads what came through it
         self._format = rdf_format
         self._media_type = rdf_format.media_type
         self._predicate = timestamp_predicate
@@ -110,8 +119,9 @@ class ElementFramer:
 
     def batches(self) -> Iterator[list[ParsedElement]]:
         """The elements in order, in lists: those one segment completes together (the precise path: one by one)."""
-        buffer, base, eof = b"", 0, False
+        buffer, base, eof = bytearray(), 0, False  # a bytearray grows in place: a long element is not copied per read
         written: _Written | None = None  # the segment before the one being written
+        unframed = 0  # once framing found no cut in _PATIENT bytes or more: how far the buffer was searched since
         while not eof:
             data = self._source.read(_READ)
             eof = not data
@@ -123,7 +133,13 @@ class ElementFramer:
                     break
             self.bytes_read += len(data)
             buffer += data
-            job = self._segments.submit(buffer, eof, self._media_type, self._syntax)
+            if unframed and not eof and not self._may_cut(buffer, unframed):
+                if len(buffer) > MAX_PENDING:
+                    yield from self._stuck(bytes(buffer), base)  # raises, or the precise path says where the error is
+                    return
+                unframed = len(buffer)
+                continue  # a long element is still arriving (and no segment waits to be given: the last had no cut)
+            job = self._segments.submit(bytes(buffer), eof, self._media_type, self._syntax)
             try:  # while the job runs (in a framing process, if it is large), the segment before it
                 if written is not None:
                     stopped = yield from self._give(written, buffer)
@@ -134,13 +150,19 @@ class ElementFramer:
                 segment = job.result()
                 self.seconds += time.perf_counter() - started
             written = None
+            if segment.cut == 0 and not eof and len(buffer) >= _PATIENT:
+                if (yield from self._stuck(bytes(buffer), base)):
+                    return
+                unframed = len(buffer)
             if segment.cut is None:  # nothing confirmed: the precise path frames what is left and raises
-                yield from self._one_by_one(self._precise(buffer, base, self._syntax))
+                yield from self._one_by_one(self._precise(bytes(buffer), base, self._syntax))
                 return
             if segment.cut:
-                written = _Written(segment.canonical, buffer[:segment.cut], base, self._syntax)
+                unframed = 0
+                written = _Written(segment.canonical, bytes(buffer[:segment.cut]), base, self._syntax)
                 self._syntax = segment.syntax
-                buffer, base = buffer[segment.cut:], base + segment.cut
+                del buffer[:segment.cut]
+                base += segment.cut
                 if not (job.remote and self._arriving()):  # nothing to overlap: give its elements out now
                     stopped = yield from self._give(written, buffer)
                     if stopped:
@@ -149,7 +171,7 @@ class ElementFramer:
         if written is not None and (yield from self._give(written, buffer)):
             return
         if buffer.strip():
-            yield from self._one_by_one(self._precise(buffer, base, self._syntax))
+            yield from self._one_by_one(self._precise(bytes(buffer), base, self._syntax))
             return
         if self._pending is not None:
             pending = self._pending
@@ -160,23 +182,62 @@ class ElementFramer:
         for element in elements:
             yield [element]
 
+    def _may_cut(self, buffer: bytearray, searched: int) -> bool:
+        """Whether framing a long buffer again may find a cut: a block's end (TriG) or a line's end (N-Quads) arrived
+        after ``searched``. Byte searches over what arrived since, nothing per line."""
+        if self._format == RdfFormat.N_QUADS:
+            return buffer.find(b"\n", searched) >= 0
+        brace = buffer.find(b"}", max(0, searched - 64))  # "}" and the line's end may have come in different reads
+        while brace >= 0:
+            if _LINE_END.match(buffer, brace + 1):
+                return True
+            brace = buffer.find(b"}", brace + 1)
+        return False
+
+    def _stuck(self, buffer: bytes, base: int) -> Generator[list[ParsedElement], None, bool]:
+        """``buffer``, ``_PATIENT`` bytes or more, holds no cut. True once the precise path framed it: it holds a
+        syntax error before its last line (the precise path says where). Else it is the valid beginning of an element
+        still arriving: False, or ``ElementTooLarge`` once it is over ``MAX_PENDING``."""
+        declarations = "".join(f"@prefix {name}: <{iri}> .\n" for name, iri in self._syntax.prefixes.items()).encode()
+        where = f"element {self.next_label + (self._pending is not None)} near byte {base}"
+        try:
+            serialize(parse(declarations + buffer, self._format, base_iri=self._syntax.base_iri,
+                            rename_blank_nodes=False), cast(IO[bytes], _Discard()), RdfFormat.N_QUADS)
+        except SyntaxError as error:
+            if error.lineno is not None and error.lineno <= (declarations + buffer).count(b"\n"):
+                yield from self._one_by_one(self._precise(buffer, base, self._syntax))
+                return True
+        except MemoryError as error:
+            if not parser_overflow(error):
+                raise
+            raise StatementTooLarge(f"{where}: {TOKEN_TOO_LONG}") from None
+        if len(buffer) <= MAX_PENDING:
+            return False
+        raise ElementTooLarge(f"{where}: {len(buffer):,} bytes arrived without the end of an element at a line's end: "
+                              f"over the element limit of {ELEMENT_LIMIT:,} bytes (64 MiB) as sent")
+
     def _arriving(self) -> bool:
         """Whether more of the body is waiting to be read (a source that cannot tell: yes)."""
         arriving = getattr(self._source, "arriving", None)
         return True if arriving is None else bool(arriving())
 
-    def _give(self, written: _Written, after: bytes) -> Generator[list[ParsedElement], None, bool]:
+    def _give(self, written: _Written, after: bytes | bytearray) -> Generator[list[ParsedElement], None, bool]:
         """The elements ``written`` completes; True when the fast path gave up on it and the precise path framed it
         and what follows (``after``) instead, which ends the body's framing."""
         started = time.perf_counter()
+        error: ElementTooLarge | None = None
         try:
             framed, self._pending = self._frame(written.canonical, written.base, self._pending)
         except _OffFastPath:  # the precise path frames this segment again, and what follows
             yield from self._one_by_one(self._precise(written.raw + after, written.base, written.syntax))
             return True
+        except _Refused as refused:  # the elements before the refused one go first
+            framed, error = refused.framed, refused.error
         self.seconds += time.perf_counter() - started
         if framed:
             yield framed
+        if error is not None:
+            raise error
         return False
 
     # -- 3: elements ---------------------------------------------------------------------------------------------
@@ -194,6 +255,8 @@ class ElementFramer:
             self._seen.difference_update(self._added)
             self.next_label = label_before
             raise _OffFastPath() from None
+        except ElementTooLarge as error:
+            raise _Refused(framed, error) from None
         return framed, pending
 
     def _frame_into(self, canonical: bytes, base: int, pending: _Pending | None,
@@ -211,6 +274,9 @@ class ElementFramer:
                 block_end = index(b"\n}\n", line_end - 1) + 3
                 if name == graph:
                     block += canonical[position:block_end]  # the same element's block, continued
+                    if len(block) > ELEMENT_LIMIT:
+                        raise ElementTooLarge(f"element {self.next_label} (graph {graph.decode()}) near byte {offset}: "
+                                              f"over the element limit of {ELEMENT_LIMIT:,} bytes (64 MiB) as stored")
                 else:
                     if graph is not None:
                         framed.append(finish(graph, stamp, lexical, block, offset))
@@ -285,6 +351,45 @@ def statements_in_block(block: bytes) -> int:
 
 class _OffFastPath(Exception):
     """Canonical text the fast path does not frame itself (the precise path reads it again and explains)."""
+
+
+class _Discard:
+    """A binary output that keeps nothing (pyoxigraph parses and writes; only its errors matter)."""
+
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+class _Refused(Exception):
+    """An element refused for its size, and the elements of its segment before it (given out first)."""
+
+    def __init__(self, framed: list[ParsedElement], error: ElementTooLarge) -> None:
+        super().__init__(error.message)
+        self.framed, self.error = framed, error
+
+
+def oversize(element: ParsedElement) -> BodyTooLarge | None:
+    """Why ``element`` is too large to store, or None: over ``ELEMENT_LIMIT`` as stored (its timestamp line and its
+    graph block, canonical TriG), or holding a statement over ``STATEMENT_LIMIT`` as N-Quads. An element made of
+    quads (JSON-LD, Turtle, a rule's output) gets its block here, written once by pyoxigraph (the log stores it).
+    The message says what is wrong, not which element: the stream names it."""
+    if element.block is None and element.quads:
+        element.block = serialize(element.quads, format=RdfFormat.TRIG) or b""
+    block = element.block
+    if not block:
+        return None
+    size = len(block) + len(element.stamp_line or b"")
+    if size > ELEMENT_LIMIT:
+        return ElementTooLarge(f"{size:,} bytes as stored (canonical TriG), over the element limit of "
+                               f"{ELEMENT_LIMIT:,} bytes (64 MiB)")
+    # A statement over the limit as N-Quads has a token of a quarter of it, on one line of the block (the line of
+    # its subject, of its object, or of its graph's name): only then are the block's statements measured.
+    if first_long_line(block, STATEMENT_LIMIT // 4) is not None:
+        try:
+            check_statements(parse(block, RdfFormat.TRIG, rename_blank_nodes=False), None)
+        except StatementTooLarge as error:
+            return error
+    return None
 
 
 def frame_elements(source: IO[bytes], rdf_format: RdfFormat, timestamp_predicate: str = PROV_GENERATED_AT_TIME,

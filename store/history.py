@@ -10,7 +10,9 @@ Layout under ``<data>/history/``::
 
 A transaction writes its undo steps before it touches the store and appends its record after;
 ``pending.json`` present at start-up means the process died in between, and the steps are
-applied to return the store to the last committed revision.
+applied to return the store to the last committed revision (``undo``). Each step sets the graphs it
+names back to what they were, so applying the steps again after an interrupted attempt gives the same
+state: an undo that failed half-way is completed by trying again, now or at the next start.
 """
 
 from __future__ import annotations
@@ -18,30 +20,66 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyoxigraph import DefaultGraph, RdfFormat, Store, parse
+
 from store.revlog import Revision
+from store.terms import GraphName, graph_from_text, graph_to_text
 
 
 @dataclass(frozen=True)
 class UndoStep:
-    """Returns the store to its state before one step: clear, remove, add, then drop graphs."""
+    """Returns the store to its state before one step: clear, remove, add, create, then drop graphs. Clearing the
+    graphs a write filled makes re-reading what it loaded unnecessary (``remove`` only for quads added to graphs
+    that held others before)."""
 
     clear: tuple[str, ...] = ()  # graphs (terms.graph_to_text) to empty first
     remove: str | None = None  # N-Quads file of quads to remove
     add: str | None = None  # N-Quads file of quads to put back
     drop: tuple[str, ...] = ()  # named graphs that did not exist before: removed last
+    clear_all: bool = False  # empty the whole store first (a whole-dataset replace)
+    create: tuple[str, ...] = ()  # named graphs to create again (empty ones the step removed hold no quads to add)
 
     def to_json(self) -> dict[str, object]:
         return {"clear": list(self.clear), "remove": self.remove, "add": self.add,
-                "drop": list(self.drop)}
+                "drop": list(self.drop), "clear_all": self.clear_all, "create": list(self.create)}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> UndoStep:
         return cls(tuple(data["clear"]), data["remove"], data["add"],  # type: ignore[arg-type]
-                   tuple(data["drop"]))  # type: ignore[arg-type]
+                   tuple(data["drop"]), bool(data.get("clear_all", False)),  # type: ignore[arg-type]
+                   tuple(data.get("create", ())))  # type: ignore[arg-type]
+
+
+def journal_graphs(graphs: Iterable[GraphName], *, named_only: bool = False) -> tuple[str, ...]:
+    """Graph names as the journal writes them; ``named_only``: without the default graph."""
+    return tuple(graph_to_text(g) for g in graphs if not (named_only and isinstance(g, DefaultGraph)))
+
+
+def undo(store: Store, steps: list[UndoStep]) -> None:
+    """Apply undo steps in order (the journal stores them newest first); the files are read by pyoxigraph alone."""
+    for step in steps:
+        if step.clear_all:
+            store.clear()
+        for text in step.clear:
+            graph = graph_from_text(text)
+            if isinstance(graph, DefaultGraph) or store.contains_named_graph(graph):
+                store.clear_graph(graph)
+        if step.remove and Path(step.remove).exists():
+            for quad in parse(path=step.remove, format=RdfFormat.N_QUADS):
+                store.remove(quad)
+        if step.add and Path(step.add).exists() and Path(step.add).stat().st_size:
+            store.bulk_load(path=step.add, format=RdfFormat.N_QUADS)
+        for text in step.create:
+            graph = graph_from_text(text)
+            if not isinstance(graph, DefaultGraph):
+                store.add_graph(graph)
+        for text in step.drop:
+            store.remove_graph(graph_from_text(text))
+    store.flush()
 
 
 @dataclass

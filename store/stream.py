@@ -35,7 +35,7 @@ from store.durable import now_micros, write_json
 from store.element_log import ElementLog, Location, runs
 from store.elements import ParsedElement
 from store.errors import DuplicateElement, ElementOutOfOrder, ElementRejected, StorageFailure
-from store.framing import statements_in_block
+from store.framing import oversize, statements_in_block
 from store.log_records import ElementRecord, LogRecord, PunctuationRecord, RegistrationRecord
 from store.stream_config import StreamConfig
 from store.stream_index import StreamIndex
@@ -196,12 +196,19 @@ class Stream(StreamIndex):
         the refused element is queued. (One lock and one wake-up of the committer for the lot: an upload accepts
         the elements of each framed segment together.)"""
         self._raise_failure()
+        elements, too_large = list(elements), None
+        for index, element in enumerate(elements):  # sizes checked outside the lock (a block may be written here)
+            if (too_large := oversize(element)) is not None:
+                elements = elements[:index + 1]
+                break
         queued: list[tuple[int, ParsedElement | str]] = []
         with self._accept_lock:  # queued under the lock too: two uploads' elements reach the committer in order
             try:
-                for element in elements:
+                for element in elements[:-1] if too_large is not None else elements:
                     queued.append(self._admit(element, received))
                     accepted.append(queued[-1][0] or None)
+                if too_large is not None:
+                    raise type(too_large)(f"{self._label(str(elements[-1].graph))}: {too_large.message}")
             finally:
                 if queued:
                     self._enqueue_many(queued)

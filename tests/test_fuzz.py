@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from bench.fuzz import (
     QUERY_SEEDS,
+    TARGETS,
     Server,
     check_checked_query,
     check_deep_sparql,
@@ -34,12 +35,14 @@ from bench.fuzz import (
     get_inputs,
     nquads_inputs,
     query_inputs,
+    run_target,
     time_param_inputs,
     trig_inputs,
     turtle_inputs,
     window_refs,
     windowref_inputs,
 )
+from bench.fuzz_nesting import Isolated
 
 FAST = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 HTTP = settings(max_examples=100, deadline=None,
@@ -145,6 +148,22 @@ def test_fuzz_time_parameters(server: Server, params: tuple[str, str]) -> None:
 @given(deep_texts())
 def test_fuzz_deeply_nested_queries_and_updates(server: Server, text: str) -> None:
     check_deep_sparql(server, text)
+
+
+@pytest.fixture(scope="module")
+def isolated() -> Iterator[Isolated]:
+    app = Isolated()
+    yield app
+    app.close()
+
+
+@pytest.mark.parametrize("name", ["nesting.sparql", "nesting.rdf"])
+def test_fuzz_nesting_through_every_parser(isolated: Isolated, name: str) -> None:
+    """Issue 30: inputs nested 0..30,000 deep at every entry point, the app in a child process (a crash is a
+    failure, not the end of the test worker): lives, refuses what is too deep, changes nothing it refused."""
+    [target] = [t for t in TARGETS if t.name == name]
+    outcome = run_target(target, 40, None, seed=30, isolated=isolated)
+    assert (outcome.inputs, outcome.failures) == (40, 0), outcome.examples
 
 
 # -- failures the fuzzer found, fixed: regression tests ------------------------

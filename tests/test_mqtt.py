@@ -286,3 +286,93 @@ def test_each_element_of_a_stream_is_published_with_its_headers(broker: Mosquitt
         assert requests.delete(f"{url}/publications/all", timeout=10).status_code == 204
         assert requests.get(f"{url}/publications/all", timeout=10).status_code == 404
     dashboard.close()
+
+
+def test_a_message_too_deep_for_the_parser_is_a_dead_letter(broker: Mosquitto) -> None:
+    """Issue 30: one JSON-LD message nested 5,000 deep crashed the server (SIGSEGV in pyoxigraph's parser), and, never
+    acknowledged, crashed it again each time the broker delivered it: ≈ 50 crashes a minute. It is refused before it
+    is parsed: a dead letter naming the limit, acknowledged, and the subscription goes on."""
+    deep_jsonld = b'{"@id":"urn:test:s","urn:test:p":' + b'{"urn:test:p":' * 5_000 + b'{"@id":"urn:test:o"}' + \
+        b"}" * 5_001
+    deep_trig = (b'<urn:test:m2> <' + PROV.encode() + b'> "' + stamp(2).encode() + b'"^^<' + XSD_DT.encode() +
+                 b'> .\n<urn:test:m2> { <urn:test:s> <urn:test:p> ' + b"<<( <urn:test:s> <urn:test:p> " * 20_000 +
+                 b"<urn:test:o>" + b" )>>" * 20_000 + b" . }\n")
+    with running_server(["--no-pipeline", "--mqtt", broker.url]) as server:
+        assert requests.put(f"{server.url}/streams/hr", json={"mqtt-topic": ["ward/hr"]}, timeout=10).ok
+        wait_until(lambda: subscription(server, "hr").get("connected") is True, 30, lambda: status(server))
+        sensor = Client(broker)
+        sensor.publish("ward/hr", [deep_jsonld], content_type="application/ld+json")
+        sensor.publish("ward/hr", [deep_trig, element(3)])
+        wait_until(lambda: elements(server, "hr") == 1 and elements(server, "hr-dead-letter") == 2, 30,
+                   lambda: (status(server)["streams"], status(server)["mqtt"], server.log_tail()))
+        assert server.process.poll() is None
+        assert graphs(server, "hr") == ["<urn:test:m3>"]  # the subscription went on past them
+        letters = requests.get(f"{server.url}/streams/hr-dead-letter", headers={"Accept": "application/n-quads"},
+                               timeout=10).text
+        errors = [line for line in letters.splitlines() if "dead-letter#error>" in line]
+        assert len(errors) == 2 and any("JSON objects and arrays nested more than 128 deep" in e for e in errors)
+        assert any("N-Triples / N-Quads triple terms nested more than 128 deep" in e or
+                   "Turtle brackets ( [ { << nested more than 128 deep" in e for e in errors)
+        counts = subscription(server, "hr")["topics"]["ward/hr"]
+        assert (counts["messages"], counts["elements"], counts["dead_letters"]) == (3, 1, 2)
+        sensor.close()
+
+
+def test_a_message_that_killed_the_server_twice_is_a_dead_letter_and_not_parsed_again(broker: Mosquitto,
+                                                                                      tmp_path: Any) -> None:
+    """A crash the limits do not foresee: the server marks the message it parses (``ParsingMarks``). A message the
+    process died parsing twice, delivered again, is a dead letter (saying why), acknowledged, and is not parsed; one
+    it died parsing once (it may have been killed then) is parsed again. The crashes are played by what they leave:
+    the server is stopped, the messages published meanwhile, and the marks written where dead processes would have
+    left them (the SHA-256 of the topic, a NUL and the payload): the last one in ``parsing``, deaths counted before
+    in ``suspects``."""
+    import hashlib
+
+    data, port = tmp_path / "data", free_port()
+    poison, killed = element(5), element(7)  # valid elements: had the poison been parsed, the stream would hold it
+    with running_server(["--no-pipeline", "--mqtt", broker.url], data_dir=data, port=port) as server:
+        assert requests.put(f"{server.url}/streams/hr", json={"mqtt-topic": ["ward/hr"]}, timeout=10).ok
+        wait_until(lambda: subscription(server, "hr").get("connected") is True, 30, lambda: status(server))
+    sensor = Client(broker)
+    sensor.publish("ward/hr", [poison, killed])  # kept by the broker for the server's persistent session
+    marks = data / "mqtt-in" / "hr"
+    poison_mark, killed_mark = (hashlib.sha256(b"ward/hr\0" + payload).hexdigest() for payload in (poison, killed))
+    marks.mkdir(parents=True, exist_ok=True)
+    (marks / "suspects").write_text(f"{poison_mark} 1\n{killed_mark} 1\n")  # each killed the process once
+    (marks / "parsing").write_bytes(poison_mark.encode() + b"\n")  # and the poison again: its second death
+    with running_server(["--no-pipeline", "--mqtt", broker.url], data_dir=data, port=port) as server:
+        wait_until(lambda: elements(server, "hr-dead-letter") == 1 and elements(server, "hr") == 1, 30,
+                   lambda: (status(server)["streams"], status(server)["mqtt"], server.log_tail()))
+        letters = requests.get(f"{server.url}/streams/hr-dead-letter", headers={"Accept": "application/n-quads"},
+                               timeout=10).text
+        assert "the server stopped 2 times while it parsed this message" in letters
+        assert graphs(server, "hr") == ["<urn:test:m7>"]  # the poison not parsed, the one killed once parsed
+        sensor.publish("ward/hr", [element(8)])
+        wait_until(lambda: elements(server, "hr") == 2, 30, lambda: status(server)["mqtt"])
+    assert (marks / "suspects").read_text() == ""  # both handled
+    with running_server(["--no-pipeline", "--mqtt", broker.url], data_dir=data, port=port) as server:
+        wait_until(lambda: subscription(server, "hr").get("connected") is True, 30, lambda: status(server))
+        time.sleep(2)  # anything not acknowledged would be delivered again now
+        assert subscription(server, "hr")["topics"].get("ward/hr", {}).get("messages", 0) == 0
+        assert (elements(server, "hr"), elements(server, "hr-dead-letter")) == (2, 1)
+    sensor.close()
+
+
+def test_parsing_marks_count_deaths_until_the_message_is_handled(tmp_path: Any) -> None:
+    from connectors.mqtt_in import ParsingMarks
+
+    marks = ParsingMarks(tmp_path)
+    first, second = ParsingMarks.mark("a", b"1"), ParsingMarks.mark("a", b"2")
+    marks.parsing(first)
+    marks.handled()
+    marks.parsing(second)  # the process dies here: nothing closes, nothing is synced
+    again = ParsingMarks(tmp_path)
+    assert again.deaths == {second: 1}
+    again.parsing(second)  # and dies again
+    third = ParsingMarks(tmp_path)
+    assert third.deaths == {second: 2}
+    assert ParsingMarks(tmp_path).deaths == {second: 2}  # kept (in ``suspects``) until the message is handled
+    third.forget(second)
+    assert ParsingMarks(tmp_path).deaths == {}
+    for each in (marks, again, third):
+        each.close()

@@ -59,7 +59,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 def remote() -> Remote:
     server = Remote(("127.0.0.1", 0), Handler)
     server.seen = []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server
 
 

@@ -161,7 +161,15 @@ def test_make_installs_from_the_lock_and_shows_progress() -> None:
     installs = [line for line in commands.splitlines() if "pip install" in line and re.search(r"\.\[test\b", line)]
     assert len(installs) == 1 and "-c constraints.txt" in installs[0], commands
     assert "--quiet" not in commands and " -q " not in commands
-    assert re.search(r"echo .*installing ~900 MB", commands), commands
+    assert re.search(r"echo .*installing the server's dependencies, ~890 MB", commands), commands
+    assert re.search(r"echo .*installing the test and benchmark tools, ~420 MB more", commands), commands
+
+
+def test_make_serve_installs_only_what_serving_needs() -> None:
+    """Issue 34: make serve installs the package alone (≈ 890 MB), not the test and benchmark tools."""
+    commands = _make_dry_run(".venv/installed-serve")
+    installs = [line for line in commands.splitlines() if "pip install" in line and "-e" in line]
+    assert installs == [".venv/bin/pip install -c constraints.txt -e ."], commands
 
 
 def test_make_lock_freezes_a_fresh_environment_into_constraints() -> None:

@@ -41,6 +41,7 @@ RECV_BYTES = 65536
 #: without a query), which may last for days
 _STREAM_UPLOAD = re.compile(rb"/streams/[^/?#]+(?:\?(?!(?:.*&)?query=).*)?")
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_CONTENT_LENGTH = re.compile(rb"\ncontent-length:[ \t]*([0-9]{1,18})[ \t]*\r")
 
 
 @dataclass
@@ -63,6 +64,28 @@ def request_timeout_answer(what: str, seconds: float) -> bytes:
     body = f"the request's {what} took longer than {seconds:g} s\n".encode()
     return (b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+
+def whole(data: bytes | bytearray) -> bool:
+    """Whether a request whose headers have arrived is whole already: no ``Transfer-Encoding`` and a body of its
+    ``Content-Length`` (or none) in ``data``. Most requests are (a GET, a small query): they skip h11 (≈ 55 µs of the
+    event loop each); the others are read with it. An unclear header (two lengths, not a number) is h11's to judge.
+
+    >>> whole(b"GET /status HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+    True
+    >>> [whole(b"POST / HTTP/1.1\\r\\nContent-Length: %d\\r\\n\\r\\nab" % n) for n in (5, 2)]
+    [False, True]
+    """
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return False
+    head = bytes(data[:end + 2]).lower()  # each header line with its CRLF
+    if b"\ntransfer-encoding:" in head:
+        return False
+    lengths = _CONTENT_LENGTH.findall(head)
+    if len(lengths) > 1:
+        return False
+    return len(data) - end - 4 >= (int(lengths[0]) if lengths else 0)
 
 
 def streams_its_body(method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]]) -> bool:
@@ -126,6 +149,9 @@ class HeaderGateWorker(ThreadWorker):  # type: ignore[misc]
                 self.open_gate(conn)  # gunicorn answers 431/400
                 return
             if not gate.headers_complete():
+                return
+            if whole(gate.data):
+                self.open_gate(conn)
                 return
             gate.request = h11.Connection(h11.SERVER, max_incomplete_event_size=self.header_limit)
             gate.deadline = time.monotonic() + self.body_timeout

@@ -115,9 +115,12 @@ def declared(view: Callable[..., Any] | None) -> Decide | None:
 def parsed_request() -> ParsedRequest:
     """The current request, parsed as the views parse it (the form only for a form body)."""
     mimetype = (request.mimetype or "").lower()
-    form: MultiDict[str, str] = MultiDict(request.form) if mimetype == FORM else MultiDict()
-    return ParsedRequest(request.method.upper(), dict(request.view_args or {}), MultiDict(request.args), mimetype,
-                         form, is_websocket(request.environ))
+    form: MultiDict[str, str] = request.form if mimetype == FORM else _NO_FORM  # parsed once, as the view reads it
+    return ParsedRequest(request.method, request.view_args or {}, request.args, mimetype, form,
+                         is_websocket(request.environ))
+
+
+_NO_FORM: MultiDict[str, str] = MultiDict()
 
 
 def need_of(app: Flask, parsed: ParsedRequest, rule: Rule | None) -> Need:

@@ -13,7 +13,7 @@ from pyoxigraph import NamedNode, Store
 from sparql_ext import THEN_FUNCTION, ExtendedQuery, ExtensionPart, QuerySyntaxError, parse_extended
 from sparql_ext.errors import NestingTooDeep
 from sparql_ext.lexer import check_derived
-from sparql_ext.syntax_messages import explain_at
+from sparql_ext.syntax_messages import explain_at, offset_of
 
 _LOCATION = re.compile(r"\bat (\d+):(\d+)")
 _EMPTY = Store()  # what syntax is checked on: nothing is ever written to it, so every thread shares it
@@ -56,7 +56,7 @@ def check_syntax(sparql: str, user_text: str, to_user: Mapper) -> None:
     except SyntaxError as error:
         message = str(error)
         found = _LOCATION.search(message)
-        offset = _offset(sparql, int(found[1]), int(found[2])) if found else 0
+        offset = offset_of(sparql, int(found[1]), int(found[2])) if found else 0
         detail = _LOCATION.sub("", message).replace("error :", "").strip().removeprefix("error").strip(" :")
         at, words = explain_at(user_text, to_user(min(offset, len(sparql))), detail)
         raise QuerySyntaxError(words, user_text, at) from None
@@ -64,7 +64,3 @@ def check_syntax(sparql: str, user_text: str, to_user: Mapper) -> None:
         pass  # evaluation errors on an empty store say nothing about syntax
 
 
-def _offset(text: str, line: int, column: int) -> int:
-    """Offset of a 1-based line and column (in characters)."""
-    lines = text.split("\n")
-    return sum(len(lines[i]) + 1 for i in range(min(line - 1, len(lines)))) + column - 1

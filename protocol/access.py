@@ -161,8 +161,6 @@ def install(app: Flask, config: ServerConfig) -> None:
     """Check every request before its view runs (see the module docstring)."""
     token = config.token
     limiter = RateLimiter(config.rate_limit) if config.rate_limit else None
-    app.config["CONCENTRATOR_TOKEN"] = token
-    app.config["CONCENTRATOR_READ_ONLY"] = config.read_only
 
     @app.before_request
     def _check() -> None:
@@ -207,9 +205,10 @@ def _check_write(need: Need) -> None:
     """Refuse a write the server's mode or the request's bearer token does not allow: 403 on a read-only server,
     else 401 without a token, 403 with another."""
     what = need.what or f"{request.method} {request.path}"
-    if current_app.config.get("CONCENTRATOR_READ_ONLY"):
+    config: ServerConfig = current_app.config["CONCENTRATOR"]
+    if config.read_only:
         raise HttpProblem(f"this server is read-only: {what} would change it", 403)
-    token: str | None = current_app.config.get("CONCENTRATOR_TOKEN")
+    token = config.token
     stream_token = _stream_token(need.stream)
     if token is None and stream_token is None:
         return

@@ -18,8 +18,6 @@ from sparql_ext.lexer import Kind, Token, tokenize
 
 _POSITION = re.compile(r"\bat (\d+):(\d+):?\s*")
 _FORMS = ("SELECT", "CONSTRUCT", "ASK", "DESCRIBE", "PREFIX", "BASE")
-_UPDATE_FORMS = ("INSERT", "DELETE", "LOAD", "CLEAR", "CREATE", "DROP", "COPY", "MOVE", "ADD", "WITH", "PREFIX",
-                 "BASE")
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = {close: open_ for open_, close in _OPEN.items()}
 _QUOTE = re.compile(r"(\"\"\"|'''|\"|')")
@@ -42,7 +40,7 @@ def explain(text: str, message: str, *, update: bool = False) -> str:
     match = _POSITION.search(message)
     if match is None:
         return message
-    offset, words = explain_at(text, _offset(text, int(match[1]), int(match[2])), message[match.end():],
+    offset, words = explain_at(text, offset_of(text, int(match[1]), int(match[2])), message[match.end():],
                                update=update)
     line, column = line_and_column(text, offset)
     return f"line {line} column {column}: {words}"
@@ -51,14 +49,15 @@ def explain(text: str, message: str, *, update: bool = False) -> str:
 def explain_at(text: str, at: int, expected: str, *, update: bool = False) -> tuple[int, str]:
     """Where the problem pyoxigraph found at offset ``at`` of ``text`` is, and what it is, in words; ``expected``:
     pyoxigraph's "expected …" part."""
-    hint = _misspelt_form(text, _UPDATE_FORMS if update else _FORMS) or _unclosed(text, at) or _bad_escape(text)
+    # an update's first word was judged already (sparql_ext.update.split_update names a misspelt operation)
+    hint = (None if update else _misspelt_form(text)) or _unclosed(text, at) or _bad_escape(text)
     if hint is not None:
         return hint
     wanted = _expected(expected)
     return at, f"found {_found(text, at)}" + (f"; expected {wanted}" if wanted else "")
 
 
-def _offset(text: str, line: int, column: int) -> int:
+def offset_of(text: str, line: int, column: int) -> int:
     """The offset of a 1-based line and column (columns count characters)."""
     start = 0
     for _ in range(line - 1):
@@ -83,16 +82,22 @@ def _expected(rest: str) -> str:
     return readable[0] if len(readable) == 1 else "one of " + ", ".join(readable[:8])
 
 
-def _misspelt_form(text: str, forms: tuple[str, ...]) -> tuple[int, str] | None:
-    """The first word, when it is not a query (update) form but close to one."""
+def _misspelt_form(text: str) -> tuple[int, str] | None:
+    """The first word, when it is not a query form (or a prologue's keyword)."""
     first = re.match(r"\s*(?:#[^\n]*\n\s*)*([A-Za-z]+)", text)
-    if first is None or first[1].upper() in forms:
+    if first is None or first[1].upper() in _FORMS:
         return None
-    close = difflib.get_close_matches(first[1].upper(), forms, n=1, cutoff=0.6)
-    what = "an update operation" if forms is _UPDATE_FORMS else "a query form"
-    if not close:
-        return first.start(1), f"{first[1]} is not {what} ({', '.join(forms[:4])} …)"
-    return first.start(1), f"{first[1]} is not {what}; did you mean {close[0]}?"
+    return first.start(1), f"{first[1]} is not a query form{did_you_mean(first[1], _FORMS)}"
+
+
+def did_you_mean(word: str, choices: tuple[str, ...]) -> str:
+    """"; did you mean X?" for the choice closest to ``word``, else the choices listed.
+
+    >>> did_you_mean("SELEC", ("SELECT", "ASK")), did_you_mean("FOO", ("SELECT", "ASK"))
+    ('; did you mean SELECT?', ' (SELECT, ASK)')
+    """
+    close = difflib.get_close_matches(word.upper(), choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else f" ({', '.join(choices)})"
 
 
 def _unclosed(text: str, at: int) -> tuple[int, str] | None:

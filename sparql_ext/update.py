@@ -9,13 +9,13 @@ clauses, because pyoxigraph's Python API has no parameter for them.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sparql_ext.errors import ProtocolConflict, QuerySyntaxError, UnsupportedOperation, line_and_column
 from sparql_ext.iris import resolve_iri
 from sparql_ext.lexer import Kind, Token, check_derived, check_nesting, matching_close, tokenize
+from sparql_ext.syntax_messages import did_you_mean
 
 DEFAULT_GRAPH = ""  # the store's default graph in graph sets below
 
@@ -233,9 +233,8 @@ def _analyze(
                          using_named=using_named)
     if word in ("WITH", "INSERT", "DELETE"):
         return _modify(tokens, ctx, prologue, using, using_named)
-    close = difflib.get_close_matches(first.text.upper(), _OPERATIONS, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]}?" if close else f" ({', '.join(_OPERATIONS)})"
-    raise QuerySyntaxError(f"{first.text!r} does not start an update operation{hint}", text, first.start)
+    raise QuerySyntaxError(f"{first.text!r} does not start an update operation{did_you_mean(first.text, _OPERATIONS)}",
+                           text, first.start)
 
 
 _OPERATIONS = ("INSERT DATA", "DELETE DATA", "DELETE WHERE", "INSERT", "DELETE", "WITH", "LOAD", "CLEAR", "CREATE",

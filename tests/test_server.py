@@ -121,11 +121,25 @@ def test_a_continuous_response_sends_its_headers_at_once(server: str, params: di
         assert len(r.headers["Window-Sequence"]) == 16 and r.headers["Window-From"] == "0"
 
 
+#: a query whose headers promise 1,000 bytes of body, of which 3 are sent
+HALF_SENT = (b"POST /sparql HTTP/1.1\r\nHost: x\r\nContent-Type: application/sparql-query\r\n"
+             b"Content-Length: 1000\r\n\r\nASK")
+
+
+def _answer(sock: socket.socket, seconds: float) -> tuple[bytes, float]:
+    """Everything the server sends on ``sock`` until it closes it (within ``seconds``), and how long that took."""
+    started = time.monotonic()
+    sock.settimeout(seconds)
+    answer = b""
+    while chunk := sock.recv(4096):
+        answer += chunk
+    return answer, time.monotonic() - started
+
+
 def test_half_sent_bodies_hold_no_thread(server: str) -> None:
     """The probe: 20 anonymous POST /sparql with Content-Length: 1000 and 3 bytes of body, more than the server's 16
     threads, held open. Their bodies are awaited in the event loop: every other request is still served at once."""
-    head = b"POST /sparql HTTP/1.1\r\nHost: x\r\nContent-Type: application/sparql-query\r\nContent-Length: 1000\r\n\r\n"
-    with stalled_connections(server, 20, head + b"ASK") as stalled:
+    with stalled_connections(server, 20, HALF_SENT) as stalled:
         time.sleep(0.3)  # all of them read by the server
         r, took = _timed("GET", server + "/status")
         assert r.status_code == 200 and took < 1, took
@@ -151,14 +165,8 @@ def impatient() -> Iterator[str]:
 
 @pytest.mark.slow
 def test_a_body_past_the_deadline_gets_a_408(impatient: str) -> None:
-    head = b"POST /sparql HTTP/1.1\r\nHost: x\r\nContent-Type: application/sparql-query\r\nContent-Length: 1000\r\n\r\n"
-    with stalled_connections(impatient, 1, head + b"ASK") as [partial]:
-        started = time.monotonic()
-        partial.settimeout(6)
-        answer = b""
-        while chunk := partial.recv(4096):
-            answer += chunk
-        took = time.monotonic() - started
+    with stalled_connections(impatient, 1, HALF_SENT) as [partial]:
+        answer, took = _answer(partial, 6)
     assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
     assert answer.endswith(b"the request's body took longer than 2 s\n") and 1.9 < took < 4.5, (answer, took)
 
@@ -174,11 +182,7 @@ def test_an_upload_that_stalls_is_ended_and_keeps_what_it_committed(impatient: s
         for n in range(2):
             piece = _element(f"s{n}", n)
             sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
-        started = time.monotonic()
-        answer = b""
-        while chunk := sock.recv(4096):  # then nothing more is sent
-            answer += chunk
-        took = time.monotonic() - started
+        answer, took = _answer(sock, 8)  # nothing more is sent
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     # the first element was complete when the second began; the second never was (no element, no end followed it)
     assert b"stopped arriving" in answer and b"1 element(s) of it before that one were committed" in answer, answer
@@ -190,12 +194,7 @@ def test_an_upload_that_stalls_is_ended_and_keeps_what_it_committed(impatient: s
 def test_headers_past_the_deadline_get_a_408_and_the_connection_is_closed(impatient: str) -> None:
     with stalled_connections(impatient, 1) as [partial], \
             stalled_connections(impatient, 1, b"") as [silent]:
-        started = time.monotonic()
-        partial.settimeout(5)
-        answer = b""
-        while chunk := partial.recv(4096):
-            answer += chunk
-        took = time.monotonic() - started
+        answer, took = _answer(partial, 5)
         assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
         assert b"Connection: close" in answer and answer.endswith(b"the request's headers took longer than 1 s\n")
         assert 0.9 < took < 3, took  # the deadline (1 s), checked about once a second

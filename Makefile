@@ -34,7 +34,7 @@ test-fast: $(VENV)/installed  ## the tests that need no JVM (no Spark, no Jena) 
 	$(VENV)/bin/python -m pytest -m "not jvm and not slow" -n 2
 
 lint: $(VENV)/installed  ## ruff over everything, mypy (strict, mypy.ini) over the production packages
-	$(VENV)/bin/ruff check concentrator sparql_ext store engine pipeline rules connectors protocol conformance bench tests examples
+	$(VENV)/bin/ruff check concentrator sparql_ext store engine pipeline rules delivery connectors protocol conformance bench tests examples
 	$(VENV)/bin/mypy
 
 # Resolves setup.cfg's direct pins afresh (without the old lock) in a throw-away venv and freezes every

@@ -340,7 +340,8 @@ class Server:
     def __init__(self, data_dir: Path) -> None:
         from protocol import ServerConfig, create_app
 
-        self.app = create_app(ServerConfig(data_dir, in_memory=True, max_body_bytes=1_000_000))
+        # queries in this process (query_processes=0): a crash of pyoxigraph's would be this process's, and seen
+        self.app = create_app(ServerConfig(data_dir, in_memory=True, max_body_bytes=1_000_000, query_processes=0))
         self.app.config["PROPAGATE_EXCEPTIONS"] = True  # an unhandled exception (a 500) surfaces with its traceback
         self.client = self.app.test_client()
         self.counter = 0

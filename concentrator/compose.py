@@ -16,7 +16,7 @@ from connectors.broker import Broker as Broker  # re-exported: the CLI names it
 from connectors.broker import parse_broker
 from connectors.hub import MqttConnector
 from connectors.ldes import LdesFollowers
-from protocol.services import ServerConfig, Services
+from protocol.services import Connectors, ServerConfig, Services
 from rules.firing import RuleRunner
 from rules.tasks import ExecutorPool, Placement
 
@@ -112,7 +112,11 @@ def assemble(config: ServerConfig, *, spark_master: str | None, rules_dir: Path 
     if pipeline is not None:
         pipeline.on_windows.append(runner.on_windows)
         pipeline.on_started.append(runner.warm_up)
-    connector = MqttConnector(mqtt, config.data_dir, opened) if mqtt is not None else None
+    connector = None
+    if mqtt is not None:
+        connector = MqttConnector(mqtt, config.data_dir, opened.streams, opened.evaluator, opened.window_results,
+                                  opened.rules)
+        opened.connectors = Connectors(str(mqtt), connector.status, connector.publications)
     followers = LdesFollowers(opened.streams, None if config.service_allow is None else
                               frozenset(config.service_allow))
     opened.streams.on_change.append(followers.on_change)

@@ -13,6 +13,12 @@ client sends), or has passed ``GATED_BODY_BYTES``. Headers that take longer than
 that takes longer than ``body_timeout`` after them, get ``408`` and the connection is closed. In the thread, a body
 that stops for ``body_timeout`` (no byte arrives) ends the request with ``408`` (``BodyIdleTimeout``); what an
 upload committed before stays. A continuous response is as long as its client wants (docs/http.md, "Limits").
+
+Requests get threads from three pools, so that no kind of request can take the others' threads: ``/status`` and
+``/metrics`` (``CONTROL_THREADS``), writes (uploads, updates, Graph Store writes, rules; ``--threads``) and
+reads (queries, continuous responses until they are handed over; ``--threads``). A continuous response, once its
+headers are sent, leaves gunicorn altogether: ``release`` (offered to the app as ``RELEASE_SOCKET``) gives its
+socket to the fan-out's event loop (``delivery.fanout``), which holds it without a thread.
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ from __future__ import annotations
 import re
 import selectors
 import socket
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import h11
 from gunicorn import http
@@ -32,6 +41,8 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
 from protocol import ServerConfig, create_app
+from protocol.responses import RELEASE_SOCKET
+from protocol.services import services_of
 
 HEADER_TIMEOUT = 10.0  # seconds a request's headers may take to arrive (--header-timeout)
 BODY_TIMEOUT = 30.0  # seconds a gated body may take after its headers, and a body may stall (--body-timeout)
@@ -42,6 +53,40 @@ RECV_BYTES = 65536
 _STREAM_UPLOAD = re.compile(rb"/streams/[^/?#]+(?:\?(?!(?:.*&)?query=).*)?")
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _CONTENT_LENGTH = re.compile(rb"\ncontent-length:[ \t]*([0-9]{1,18})[ \t]*\r")
+CONTROL_THREADS = 2  # threads for /status and /metrics alone: they answer whatever the other requests do
+_CONTROL = re.compile(rb"(?:GET|HEAD) /(?:status|metrics)(?:[?#][^ ]*)? ")
+_READ_METHODS = (b"GET", b"HEAD", b"OPTIONS")
+
+
+def pool_for(data: bytes | bytearray) -> str:
+    """Which threads a request gets, from its first bytes: 'control' (``/status``, ``/metrics``), 'reads' (GET,
+    HEAD, OPTIONS, a query POSTed to /sparql) or 'writes' (everything else: uploads, updates, Graph Store writes).
+    A POST to /sparql is a query unless it says it is an update (a guess only decides the pool, not the access).
+
+    >>> [pool_for(r) for r in (b"GET /status HTTP/1.1", b"GET /sparql?query=x HTTP/1.1", b"POST /streams/hr HTTP/1.1")]
+    ['control', 'reads', 'writes']
+    >>> pool_for(b"POST /sparql HTTP/1.1\r\nContent-Type: application/sparql-update\r\n\r\n")
+    'writes'
+    """
+    if _CONTROL.match(data):
+        return "control"
+    method = bytes(data[:8]).split(b" ", 1)[0]
+    if method in _READ_METHODS:
+        return "reads"
+    if method == b"POST" and bytes(data[5:13]) in (b"/sparql ", b"/sparql?"):
+        head = bytes(data[:4096]).lower()
+        if b"application/sparql-update" not in head and b"update=" not in head:
+            return "reads"
+    return "writes"
+
+
+@dataclass
+class ConnectionStats:
+    """What the worker holds now (``/status``'s ``connections``)."""
+
+    busy: Counter[str] = field(default_factory=Counter)  # threads handling a request, by pool
+    handed_over: int = 0  # connections given to the fan-out since the start
+    timed_out: Counter[str] = field(default_factory=Counter)  # 408 by the gate: headers, body
 
 
 @dataclass
@@ -105,10 +150,16 @@ class HeaderGateWorker(ThreadWorker):  # type: ignore[misc]
 
     header_timeout = HEADER_TIMEOUT
     body_timeout = BODY_TIMEOUT
+    current: ClassVar[HeaderGateWorker | None] = None  # this process's worker (one per process)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        HeaderGateWorker.current = self
         self.gated: dict[TConn, _Gate] = {}
+        self.released: set[socket.socket] = set()  # given up by their request's thread (see ``release``)
+        self._released_lock = threading.Lock()
+        self.stats = ConnectionStats()
+        self.pools: dict[str, ThreadPoolExecutor] = {}
         self.stopping_at: float | None = None
         # gunicorn's parser refuses headers past this size (431/400): past it, the thread may answer that
         line = self.cfg.limit_request_line or 1024 * 1024
@@ -179,14 +230,55 @@ class HeaderGateWorker(ThreadWorker):  # type: ignore[misc]
         self.open_gate(conn)
 
     def open_gate(self, conn: TConn) -> None:
-        """Hand the connection to a thread, its headers (and whatever followed them) ready in its parser."""
+        """Hand the connection to a thread of its pool, its headers (and whatever followed them) ready in its
+        parser."""
         gate = self.gated.pop(conn)
         self.poller.unregister(conn.sock)
         if conn.parser is None:  # a new connection (TConn.init keeps a parser it already has)
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         conn.parser.unreader.unread(bytes(gate.data))
         conn.data_ready = True  # no waiting for data in the thread: it is there
-        super().enqueue_req(conn)
+        pool = pool_for(gate.data)
+        if pool not in self.pools:
+            threads = CONTROL_THREADS if pool == "control" else self.cfg.threads
+            self.pools[pool] = ThreadPoolExecutor(threads, thread_name_prefix=pool)
+        future = self.pools[pool].submit(self.handle_counted, pool, conn)
+        future.add_done_callback(lambda done: self.method_queue.defer(self.finish_request, conn, done))
+
+    def handle_counted(self, pool: str, conn: TConn) -> Any:
+        with self._released_lock:
+            self.stats.busy[pool] += 1
+        try:
+            return self.handle(conn)
+        finally:
+            with self._released_lock:
+                self.stats.busy[pool] -= 1
+
+    def release(self, sock: socket.socket) -> socket.socket:
+        """Called by the app in a request's thread: this connection is no longer gunicorn's (the fan-out writes and
+        closes it); ``finish_request`` forgets it without closing it."""
+        with self._released_lock:
+            self.released.add(sock)
+        self.stats.handed_over += 1
+        return sock
+
+    def finish_request(self, conn: TConn, fs: Future[Any]) -> None:
+        with self._released_lock:
+            released = conn.sock in self.released
+            self.released.discard(conn.sock)
+        if released:
+            self.nr_conns -= 1
+            return
+        super().finish_request(conn, fs)
+
+    def connection_status(self) -> dict[str, Any]:
+        """``/status``'s ``connections``: gunicorn's connections (waiting for their request, kept alive, being
+        handled), the threads busy per pool and the requests the gate timed out."""
+        return {"held": self.nr_conns, "waiting_for_request": len(self.gated), "kept_alive": len(self.keepalived_conns),
+                "threads_busy": dict(self.stats.busy), "threads_per_pool": {"control": CONTROL_THREADS,
+                                                                            "reads": self.cfg.threads,
+                                                                            "writes": self.cfg.threads},
+                "handed_over_total": self.stats.handed_over, "timed_out": dict(self.stats.timed_out)}
 
     def drop_gated(self, conn: TConn, answer: bool) -> None:
         """Close a connection whose request did not arrive: with a 408 if it had started one."""
@@ -198,6 +290,7 @@ class HeaderGateWorker(ThreadWorker):  # type: ignore[misc]
             pass
         if answer:
             what, seconds = ("headers", self.header_timeout) if gate_request is None else ("body", self.body_timeout)
+            self.stats.timed_out[what] += 1
             try:  # a few hundred bytes into an empty send buffer: a non-blocking send takes them whole
                 conn.sock.send(request_timeout_answer(what, seconds))
                 conn.sock.shutdown(socket.SHUT_WR)
@@ -222,6 +315,21 @@ class HeaderGateWorker(ThreadWorker):  # type: ignore[misc]
         if force:  # the worker's last clean-up
             for conn in list(self.gated):
                 self.drop_gated(conn, answer=False)
+            for pool in self.pools.values():
+                pool.shutdown(wait=False)
+
+
+class OffersRelease:
+    """WSGI middleware: offers the app ``RELEASE_SOCKET`` (``HeaderGateWorker.release``), with which a continuous
+    response gives its connection to the fan-out."""
+
+    def __init__(self, app: Any, release: Callable[[socket.socket], socket.socket]) -> None:
+        self.app = app
+        self.release = release
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        environ[RELEASE_SOCKET] = self.release
+        return self.app(environ, start_response)
 
 
 class BodyIdleTimeout:
@@ -260,7 +368,12 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Any:
         # Called in the worker process, after the fork: the stores and Spark's JVM belong to it.
-        return BodyIdleTimeout(self._make_app(self._config), self._body_timeout)
+        app = self._make_app(self._config)
+        worker = HeaderGateWorker.current
+        if worker is None or not worker.gating:
+            return BodyIdleTimeout(app, self._body_timeout)
+        services_of(app).connections = worker.connection_status
+        return OffersRelease(BodyIdleTimeout(app, self._body_timeout), worker.release)
 
 
 def serve(config: ServerConfig, host: str, port: int, threads: int = 16, header_timeout: float = HEADER_TIMEOUT,

@@ -11,29 +11,34 @@ from pathlib import Path
 from connectors.broker import Broker, client_id_prefix
 from connectors.mqtt_in import StreamSubscriber
 from connectors.mqtt_out import Publications, Publisher
-from protocol.services import Connectors, Services, rule_publication
+from delivery.publications import rule_publication
+from delivery.results import SharedResults, WindowResult
+from engine.evaluation import ExtendedEvaluator
+from rules.registry import RuleRegistry
 from store.stream import Stream
+from store.streams import StreamCatalog
 
 log = logging.getLogger(__name__)
 
 
 class MqttConnector:
-    def __init__(self, broker: Broker, data_dir: Path, services: Services) -> None:
+    def __init__(self, broker: Broker, data_dir: Path, streams: StreamCatalog, evaluator: ExtendedEvaluator,
+                 window_results: SharedResults[WindowResult], rules: RuleRegistry) -> None:
         self.broker = broker
-        self._services = services
+        self._streams = streams
+        self._rules = rules
         self._prefix = client_id_prefix(data_dir)
         self.publisher = Publisher(broker, f"{self._prefix}-out")
-        self.publications = Publications(data_dir / "publications", services.streams, self.publisher,
-                                         services.evaluator, services.window_results)
+        self.publications = Publications(data_dir / "publications", streams, self.publisher, evaluator,
+                                         window_results)
         self._subscribers: dict[str, StreamSubscriber] = {}
         self._lock = threading.Lock()
         self._started = False
-        services.connectors = Connectors(str(broker), self.status, self.publications)
 
     def start(self, base_url: str) -> None:
         """Connect (in the background: a broker that is not up yet is retried with back-off), subscribe for the
         streams that have topics, go on with the kept publications, and publish for the rules that say so."""
-        catalog = self._services.streams
+        catalog = self._streams
         self.publisher.start()
         with self._lock:
             self._started = True
@@ -42,7 +47,7 @@ class MqttConnector:
         catalog.on_change.append(self.stream_changed)
         catalog.on_delete.append(self.stream_deleted)
         self.publications.start()
-        for rule in self._services.rules.rules():
+        for rule in self._rules.rules():
             if rule.publish is not None:
                 self.publish_rule(rule.name, rule.output, rule.publish, base_url)
 
@@ -61,7 +66,7 @@ class MqttConnector:
                 return
             subscriber = self._subscribers.get(name)
             if subscriber is None and topics:
-                subscriber = StreamSubscriber(self.broker, f"{self._prefix}-in-{name}", name, self._services.streams,
+                subscriber = StreamSubscriber(self.broker, f"{self._prefix}-in-{name}", name, self._streams,
                                               topics)
                 self._subscribers[name] = subscriber
                 subscriber.start()

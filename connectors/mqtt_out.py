@@ -4,7 +4,7 @@
   with its cursor (the next window index, or the next element ordinal) and runs in a thread of its own from the
   server's start to its deletion.
 - **One message per window result** (as a continuous response gives it: the same query, report policy and stream
-  operator, ``protocol.window_results.producer``), or **per element** (its canonical TriG); the window's headers
+  operator, ``delivery.results.producer``), or **per element** (its canonical TriG); the window's headers
   (``Window-Index``, ``Window-Start``, ``Window-End``, ``Window-Id``, ``Window-Committed``, ``Window-Sequence``) or
   the element's (``Element-Ordinal``, ``Element-Time``, ``Element-Graph``, ``Revision-Id``) go as MQTT 5 user
   properties, its media type as the content type; QoS 1.
@@ -30,12 +30,10 @@ from paho.mqtt.properties import Properties
 
 from connectors.broker import Broker, packet_properties
 from connectors.errors import PublicationNotFound
+from delivery.feeds import Start, bounds_headers, first_index, seed_window
+from delivery.publications import Publication
+from delivery.results import SharedResults, WindowResult, producer
 from engine.evaluation import ExtendedEvaluator
-from protocol.continuous import first_index
-from protocol.responses import bounds_headers
-from protocol.resume import Start, seed_window
-from protocol.services import Publication
-from protocol.window_results import SharedResults, WindowResult, producer
 from sparql_ext.reporting import parse_report
 from sparql_ext.windowing import format_micros, resolve
 from sparql_ext.windowref import parse_window_ref

@@ -45,3 +45,37 @@ class EventSourceInvalid(EngineError):
     """An EVENT that reads no stream of this server (or none at all where no stream is being queried)."""
 
     status_hint = 400
+
+
+class QueryBudgetExceeded(EngineError):
+    """A query that ran (or waited for a query process) past its time budget (``timeout=``, at most the server's
+    ``--query-timeout``): it was stopped, its worker process killed. The server is not broken but busy or the query
+    too costly: 503 with ``Retry-After``."""
+
+    status_hint = 503
+
+
+class ClientQueryLimit(EngineError):
+    """A client that already has ``--queries-per-client`` queries running or waiting (429 with ``Retry-After``)."""
+
+    status_hint = 429
+
+
+class QueryQueueFull(EngineError):
+    """Every query process is busy and the queue of waiting queries is at its bound (``--query-queue``), or the
+    queries in flight would take the request threads kept for everything else: 503 with ``Retry-After``."""
+
+    status_hint = 503
+
+
+class ResultNotAcceptable(EngineError):
+    """A query result of a form (solutions, triples) the request's ``Accept`` offers no format for; the message is
+    the protocol's, chosen before the query went to a worker process."""
+
+    status_hint = 406
+
+
+class QueryProcessFailed(EngineError):
+    """A query's worker process ended without an answer (killed by the system, a crash): a fresh one replaces it."""
+
+    status_hint = 500

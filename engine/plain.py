@@ -8,7 +8,9 @@ the evaluation really happens (the caller writes into a spool before sending any
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import IO, Any, cast
 
 from pyoxigraph import Quad, QueryBoolean, QuerySolutions, QueryTriples, RdfFormat, Store, Triple, serialize
@@ -44,6 +46,26 @@ class Watched:
 
 def _watched(output: IO[bytes], stop: Callable[[], bool] | None) -> IO[bytes]:
     return output if stop is None else cast(IO[bytes], Watched(output, stop))  # the file methods pyoxigraph calls
+
+
+# what the request being answered in this thread stops on (its client gone, its budget): None for rule firings
+_STOP: ContextVar[Callable[[], bool] | None] = ContextVar("stop", default=None)
+
+
+@contextmanager
+def stopping(stop: Callable[[], bool]) -> Iterator[None]:
+    """While the block runs, results written in this thread on their way to a response (``watched``: the extended
+    evaluator serializes solutions to de-skolemize them, which evaluates them) ask ``stop`` too, as ``write`` does."""
+    token = _STOP.set(stop)
+    try:
+        yield
+    finally:
+        _STOP.reset(token)
+
+
+def watched(output: IO[bytes]) -> IO[bytes]:
+    """``output``, stopped by this thread's ``stopping`` (unchanged outside one)."""
+    return _watched(output, _STOP.get())
 
 
 def run(store: Store, text: str, *, base_iri: str | None, default_graph: list[Any] | None = None,

@@ -22,6 +22,7 @@ from pyoxigraph import (
     parse_query_results,
 )
 
+from engine.plain import watched
 from sparql_ext import QuadTemplate
 
 SKOLEM_PREFIX = "urn:x-concentrator:bnode:"
@@ -85,7 +86,7 @@ def deskolemized_solutions(result: QuerySolutions) -> QuerySolutions:
     import io
 
     buffer = io.BytesIO()
-    result.serialize(buffer, QueryResultsFormat.JSON)
+    result.serialize(watched(buffer), QueryResultsFormat.JSON)  # this evaluates the query: a request may stop it
     data = json.loads(buffer.getvalue())
     for binding in data.get("results", {}).get("bindings", []):
         for term in binding.values():

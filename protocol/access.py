@@ -244,6 +244,13 @@ def trusted() -> bool:
     return bool(g.get("access_trusted", False))
 
 
+def client_name() -> str:
+    """Who the current request is, for per-client limits (queries running at once, ``engine.workers``): the holder of
+    the server's write token wherever it connects from, else the remote address. Another bearer token names no one:
+    reads do not check tokens, and a made-up token per request would escape every per-client limit."""
+    return "the write token's holder" if trusted() else (request.remote_addr or "")
+
+
 def _bearer() -> str:
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     return given.strip() if scheme.lower() == "bearer" else ""

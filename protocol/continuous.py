@@ -11,209 +11,93 @@ window completes (seed 003, "alternative stream packaging options"; docs/continu
   sequence's window n-1. ``after=N`` / ``from=S`` / ``Last-Event-ID`` resume where an interrupted response stopped
   (``protocol/resume.py``); the ``Window-From`` header says where a response starts.
 - **Content change** (``report=`` containing ``content-change``): the query is evaluated at every element
-  arrival, over the oldest window holding the element with the elements arrived so far (``arrivals_body``), not
-  at window completions; results go through the Reporter as bags (``numbered``).
-- **Pull, not push**: the response reads window revisions from the stream's window log at the client's pace.
-  Nothing is buffered per client and ingestion never waits for one; a client that falls more than
-  ``MAX_LAG`` windows behind the latest is ended (its last part says so where the packaging can).
+  arrival, over the oldest window holding the element with the elements arrived so far
+  (``delivery.feeds.arrivals_items``), not at window completions; results go through the Reporter as bags.
+- **No thread while waiting**: once validated and its headers sent, the response's connection is handed to the
+  fan-out (``delivery.fanout``), which writes every subscriber's windows from one event loop; subscribers that
+  cannot get different results share one evaluation per window. Ingestion never waits for a subscriber; one
+  that falls more than ``MAX_LAG`` windows behind the latest, or reads too slowly, is ended (its last part says
+  so where the packaging can). Without the fan-out (a server other than ``concentrator serve``, such as
+  Werkzeug's), a thread follows the response (``followed_body``).
 - **Registrations** are listed in ``/status`` (``continuous``) while the response runs; a client that disconnects
-  is noticed within ``POLL_SECONDS`` (gunicorn's socket is polled while waiting) and its registration removed.
+  is noticed at once by the fan-out (within ``POLL_SECONDS`` by a following thread) and its registration removed.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
+import socket
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from flask import Response, request
 
+from delivery.fanout import Fanout, Subscription
+from delivery.feeds import (
+    MAX_LAG,
+    Item,
+    Notice,
+    Start,
+    Step,
+    arrivals_items,
+    first_arrival,
+    first_index,
+    last_index,
+    seed_window,
+    stateless,
+    windows_items,
+)
+from delivery.results import kind_of, producer
+from delivery.subscriptions import Registration, Registrations
 from protocol.errors import BadRequest
 from protocol.packaging import WEBSOCKET, Packager, choose
-from protocol.responses import bounds_headers, gunicorn_client_gone
-from protocol.resume import (
-    Start,
-    check_available,
-    check_resumable,
-    past_the_end,
-    requested_start,
-    seed_window,
-    subscribed_sequence,
-)
-from protocol.services import Registration, Registrations, services
-from protocol.window_results import kind_of, producer
+from protocol.responses import RELEASE_SOCKET, gunicorn_client_gone
+from protocol.resume import check_available, check_resumable, past_the_end, requested_start, subscribed_sequence
+from protocol.services import services
 from sparql_ext.reporting import ReportPolicy, parse_report
-from sparql_ext.windowing import Window, WindowSpec, bind_origin, bounds, format_micros, window
+from sparql_ext.windowing import format_micros
 from sparql_ext.windowref import WindowRef, parse_window_ref
 from store.durable import now_micros
 from store.stream import Stream
 from store.windows import Sequence
 
-POLL_SECONDS = 0.5
-MAX_LAG = 1_000
+POLL_SECONDS = 0.5  # how long a following thread waits for a window before it checks its client is still there
 
 
-# -- the response body ----------------------------------------------------------------------------------------
-
-def first_index(ref: WindowRef, sequence: Sequence, stream: Stream) -> int:
-    """Where a new continuous response starts: the whole sequence for a ref anchored at a past dateTime (a
-    replay), else the first window not yet materialized."""
-    if type(ref.start).__name__ == "Instant":
-        return 0
-    return stream.windows.state.next_index.get(sequence.id, 0)
+def registration_for(stream: Stream, ref: WindowRef, packager: Packager, client: str, sequence: Sequence
+                     ) -> Registration:
+    return Registration(uuid.uuid4().hex[:12], stream.config.name, str(ref), packager.packaging,
+                        packager.media_type, client, format_micros(now_micros()), sequence=sequence.id)
 
 
-def windows_body(stream: Stream, ref: WindowRef, sequence: Sequence, start: int,
-                 produce: Callable[[list[int], int, int], bytes | None], packager: Packager,
-                 registration: Registration, registrations: Registrations,
-                 client_gone: Callable[[], bool]) -> Iterator[bytes]:
-    """The body of a continuous response; its ``finally`` ends the registration (disconnect, Rn reached, error)."""
-    last = None if ref.count is None else sequence.spec.first + ref.count - 1  # Rn: n windows from the first
-    index = start
-    registrations.add(registration)
-    stream.windows.hold(sequence.id)
+def followed_body(subscription: Subscription, packager: Packager, registrations: Registrations,
+                  client_gone: Callable[[], bool], steps: Iterator[Step]) -> Generator[bytes]:
+    """A continuous response's body followed by the request's thread (``steps`` waiting ``POLL_SECONDS``): for a
+    server without the fan-out. Its ``finally`` ends the registration (disconnect, Rn reached, error)."""
+    registrations.add(subscription.registration)
+    subscription.stream.windows.hold(subscription.sequence)
     try:
-        opening = packager.opening()
-        if opening:
-            yield opening
-        while last is None or index <= last:
-            revisions = stream.windows.windows_from(sequence.id, index, POLL_SECONDS)
-            if not revisions:
+        if subscription.opening:
+            yield subscription.opening
+        for step in steps:
+            if step is None:
                 if client_gone():
                     return
                 keepalive = packager.keepalive()
                 if keepalive:
                     yield keepalive
-                continue
-            latest = stream.windows.latest(sequence.id)
-            if latest is not None and latest.index - revisions[0].index > MAX_LAG:
-                yield packager.notice(f"this response fell {latest.index - revisions[0].index} windows behind "
-                                      f"(more than {MAX_LAG}) and was ended: reconnect to continue live")
+            elif isinstance(step, Notice):
+                yield packager.notice(step.message)
                 return
-            for revision in itertools.takewhile(lambda r: last is None or r.index <= last, revisions):
-                body = produce(list(revision.ordinals()), revision.commit, revision.end)
-                index = revision.index + 1
-                if body is None:
-                    continue  # the report policy says nothing for this window
-                kind = sequence.spec.kind
-                headers = {"Window-Index": str(revision.index), "Window-Id": revision.uuid,
-                           "Window-Committed": format_micros(revision.commit), **bounds_headers(kind, revision.start,
-                                                                                               revision.end)}
-                yield registration.delivered(revision.index, packager.part(headers, body))
+            else:
+                yield subscription.registration.delivered(step.index, packager.part(step.headers, step.body))
         if packager.packaging == "multipart":
             yield packager.closing()
     finally:
-        registrations.remove(registration.id)
-        stream.windows.release(sequence.id)
-
-
-def active_window(spec: WindowSpec, k: int, ordinal: int, at: int, index: Stream) -> tuple[int, Window | None]:
-    """The oldest window of ``spec`` holding the element ``ordinal`` (time ``at``), searched from window ``k`` on
-    (arrivals come in order, so the search only moves forward): ``(k, window)``, window None when no window holds
-    the element (before the first window, or in a gap between hopping windows). Its ``elements`` are all those of
-    the window known now; the caller keeps the ones arrived so far."""
-    while True:
-        window_bounds = bounds(spec, k, index)
-        if window_bounds is None:
-            return k, None  # t0 or a count step not known yet
-        start, end = window_bounds
-        position = ordinal if spec.kind == "count" else at
-        past = position > end if spec.kind == "count" or spec.backward else position >= end
-        if past:
-            k += 1
-            continue
-        before = position < start if spec.kind == "count" or not spec.backward else position <= start
-        return k, None if before else window(spec, k, index)
-
-
-def arrivals_body(stream: Stream, ref: WindowRef, sequence: Sequence, first_ordinal: int,
-                  produce: Callable[[list[int], int, int], bytes | None], packager: Packager,
-                  registration: Registration, registrations: Registrations,
-                  client_gone: Callable[[], bool]) -> Iterator[bytes]:
-    """The body of a continuous response with ``report=content-change``: the query is evaluated at **every
-    element arrival**, over the oldest window holding the element with the elements arrived so far (the CSRBench
-    oracle's content-change policy, CQELS's behaviour), not at window completions. Each report is a part whose
-    ``Window-*`` headers name that window, with ``Arrival-Ordinal`` / ``Arrival-Time`` the element's.
-
-    Arrivals are followed on the stream's index (``Stream.wait_for``), in ordinal order; ``Rn`` ends the response
-    once an arrival falls after window n-1 or the window log has completed window n-1 (its end has passed: every
-    element of it has arrived)."""
-    spec = sequence.spec
-    last = None if ref.count is None else spec.first + ref.count - 1
-    ordinal, k = first_ordinal, spec.first
-    registrations.add(registration)
-    stream.windows.hold(sequence.id)
-    try:
-        opening = packager.opening()
-        if opening:
-            yield opening
-        while True:
-            if ordinal > stream.head():
-                latest = stream.windows.latest(sequence.id)
-                if last is not None and latest is not None and latest.index >= last and ordinal > stream.head():
-                    break  # window n-1 is complete and every arrival up to it was evaluated
-                if not stream.wait_for(functools.partial(arrived, stream, ordinal), POLL_SECONDS):
-                    if client_gone():
-                        return
-                    keepalive = packager.keepalive()
-                    if keepalive:
-                        yield keepalive
-                continue
-            record = stream.record(ordinal)
-            if record is None:  # expired before it was read: go on with the oldest retained element
-                ordinal = max(ordinal + 1, stream.first_ordinal)
-                continue
-            spec = bind_origin(spec, stream)
-            k, active = active_window(spec, k, ordinal, record.time, stream)
-            if last is not None and k > last:
-                break
-            if active is None:
-                if spec.origin is None and spec.kind == "time":
-                    stream.wait_for(functools.partial(origin_bound, spec, stream), POLL_SECONDS)
-                    continue  # t0 not known yet: try this arrival again
-                ordinal += 1
-                continue
-            members = [o for o in active.elements if o <= ordinal]
-            body = produce(members, record.commit, record.time)
-            ordinal += 1
-            if body is None:
-                continue
-            headers = {"Window-Index": str(active.index), "Window-Id": "",
-                       "Window-Committed": format_micros(record.commit),
-                       **bounds_headers(spec.kind, active.start, active.end),
-                       "Arrival-Ordinal": str(record.ordinal), "Arrival-Time": format_micros(record.time)}
-            yield registration.delivered(active.index, packager.part(headers, body))
-        if packager.packaging == "multipart":
-            yield packager.closing()
-    finally:
-        registrations.remove(registration.id)
-        stream.windows.release(sequence.id)
-
-
-def arrived(stream: Stream, ordinal: int) -> bool:
-    return stream.head() >= ordinal
-
-
-def origin_bound(spec: WindowSpec, stream: Stream) -> bool:
-    return bind_origin(spec, stream).origin is not None
-
-
-def first_arrival(ref: WindowRef, stream: Stream) -> int:
-    """Where a content-change response starts: every retained element for a ref anchored at a past dateTime (a
-    replay), else the next element to arrive."""
-    if type(ref.start).__name__ == "Instant":
-        return stream.first_ordinal
-    return stream.head() + 1
-
-
-def registration_for(stream: Stream, ref: WindowRef, packager: Packager, client: str) -> Registration:
-    return Registration(uuid.uuid4().hex[:12], stream.config.name, str(ref), packager.packaging,
-                        packager.media_type, client, format_micros(now_micros()))
-
-
+        registrations.remove(subscription.registration.id)
+        subscription.stream.windows.release(subscription.sequence)
 
 
 # -- the Flask side -----------------------------------------------------------------------------------------------
@@ -232,6 +116,47 @@ class HeadersAtOnce(Response):
         return body
 
 
+class _HandOver:
+    """The body gunicorn iterates once the headers are sent: iterating it hands the connection to the fan-out (after
+    the WSGI middleware returned, so that nothing else changes the socket) and yields nothing."""
+
+    def __init__(self, hand_over: Callable[[], None]) -> None:
+        self.hand_over = hand_over
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.hand_over()
+        return iter(())
+
+
+class FannedOut(HeadersAtOnce):
+    """A continuous response served by the fan-out: gunicorn sends its status and headers (``Connection: close``:
+    the connection is the response's), then gives its socket up (``RELEASE_SOCKET``, set by
+    ``concentrator.server``) to ``Fanout.subscribe``, which frames the chunks itself. Under another server it is
+    followed by the request's thread (``followed``)."""
+
+    def __init__(self, fanout: Fanout, subscription: Subscription, followed: Generator[bytes],
+                 **kwargs: Any) -> None:
+        super().__init__(followed, **kwargs)
+        self.followed = followed
+        self.fanout = fanout
+        self.subscription = subscription
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        release = environ.get(RELEASE_SOCKET)
+        sock = environ.get("gunicorn.socket")
+        if release is None or not isinstance(sock, socket.socket):
+            return super().__call__(environ, start_response)
+        self.followed.close()  # not used: ended unstarted
+        _, status, headers = self.get_wsgi_response(environ)
+        write = start_response(status, headers)
+        sent = write.__self__  # gunicorn's response: its framing is decided, nothing is sent yet
+        sent.force_close()
+        write(b"")
+        chunked = bool(sent.chunked)
+        sent.chunked = False  # the fan-out writes the chunks, and the last one
+        return _HandOver(lambda: self.fanout.subscribe(release(sock), self.subscription, chunked))
+
+
 ANSWERS = ("continuous", "latest")
 
 
@@ -247,17 +172,18 @@ def wants_continuous(windows: str, answer: str | None) -> bool:
 @dataclass
 class Plan:
     """A continuous response made ready before anything is sent (every parameter checked, the sequence
-    registered): its body (None: nothing left to send, 204), its headers and its packager."""
+    registered): its subscription (None: nothing left to send, 204), its headers and its packager. ``steps(wait)``
+    makes a feed of its own."""
 
-    body: Iterator[bytes] | None
+    subscription: Subscription | None
     headers: dict[str, str]
     packager: Packager
+    steps: Callable[[float], Iterator[Step]] | None = None
 
 
-def continuous_plan(stream: Stream, windows: str, query: str | None, client_gone: Callable[[], bool],
-                    websocket: bool = False) -> Plan:
-    """The body and headers of a continuous response to this request (``websocket``: one JSON message per window,
-    over a WebSocket at the same IRI, see ``protocol.websocket``)."""
+def continuous_plan(stream: Stream, windows: str, query: str | None, websocket: bool = False) -> Plan:
+    """The subscription and headers of a continuous response to this request (``websocket``: one JSON message per
+    window, over a WebSocket at the same IRI, see ``protocol.websocket``)."""
     ref = parse_window_ref(windows)
     base = request.host_url.rstrip("/")
     evaluator = services().evaluator.with_local_bases([base])
@@ -273,14 +199,20 @@ def continuous_plan(stream: Stream, windows: str, query: str | None, client_gone
     packager = Packager(packaging, media_type)
     produce = producer(stream, query, evaluator, request.base_url, spec, media_type,
                        services().window_results)
-    registration = registration_for(stream, ref, packager, request.remote_addr or "")
+    registration = registration_for(stream, ref, packager, request.remote_addr or "", sequence)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Window-Sequence": sequence.id,
                "Report-Policy": ",".join(sorted(p.value for p in spec.policies)),
                "Stream-Operator": spec.operator.value}
+    last = last_index(ref, sequence)
+    opening = b"" if websocket else packager.opening()
+
+    def subscription(start: int, steps: Callable[[float], Iterator[Step]]) -> Subscription:
+        # a feed of its own ends itself after an Rn ref's last window (arrivals give several items per window)
+        return Subscription(stream, sequence.id, registration, packager, opening, start, None, partial(steps, 0.0))
+
     if ReportPolicy.CONTENT_CHANGE in spec.policies and resumed is None:
-        body = arrivals_body(stream, ref, sequence, first_arrival(ref, stream), produce, packager, registration,
-                             services().continuous, client_gone)
-        return Plan(body, headers, packager)
+        arrivals = partial(arrivals_items, stream, sequence, first_arrival(ref, stream), last, produce)
+        return Plan(subscription(-1, arrivals), headers, packager, arrivals)
     start = resumed or Start(first_index(ref, sequence, stream), False, "")
     if resumed is not None:
         check_resumable(resumed, spec)
@@ -290,16 +222,47 @@ def continuous_plan(stream: Stream, windows: str, query: str | None, client_gone
         check_available(stream, sequence, resumed, seed, MAX_LAG)
         if seed is not None:  # evaluated, not sent: the operator's previous window, as before the interruption
             produce(list(seed.ordinals()), seed.commit, seed.end)
-    body = windows_body(stream, ref, sequence, start.index, produce, packager, registration,
-                        services().continuous, client_gone)
-    return Plan(body, {**headers, "Window-From": str(start.index)}, packager)
+    headers["Window-From"] = str(start.index)
+    own = partial(windows_items, stream, sequence, start.index, last, produce)
+    if resumed is None and last is None and stateless(spec):
+        # what a window gives cannot differ between these subscribers: one feed, one evaluation per window
+        feed = _SharedWindows(stream, sequence, start.index, producer(
+            stream, query, evaluator, request.base_url, spec, media_type, services().window_results))
+        key = (stream.config.name, sequence.id, query, request.base_url, media_type, spec)
+        return Plan(Subscription(stream, sequence.id, registration, packager, opening, start.index, last,
+                                 feed.steps, key, feed.position), headers, packager, own)
+    return Plan(subscription(start.index, own), headers, packager, own)
+
+
+class _SharedWindows:
+    """A feed of a sequence's windows that subscribers may join: it tells where it is (``position``)."""
+
+    def __init__(self, stream: Stream, sequence: Sequence, start: int,
+                 produce: Callable[[list[int], int, int], bytes | None]) -> None:
+        self.stream, self.sequence, self.produce = stream, sequence, produce
+        self.index = start
+
+    def position(self) -> int:
+        return self.index
+
+    def steps(self) -> Iterator[Step]:
+        for step in windows_items(self.stream, self.sequence, self.index, None, self.produce, 0.0):
+            if isinstance(step, Item):
+                self.index = step.index + 1
+            yield step
 
 
 def continuous_response(stream: Stream, windows: str, query: str | None) -> Response:
     if request.args.get("packaging") == WEBSOCKET:
         raise BadRequest("packaging=websocket: open a WebSocket to this IRI instead (an HTTP Upgrade request, e.g. "
                          "new WebSocket('ws://…/streams/NAME?WINDOWS=R/…') in a browser)")
-    plan = continuous_plan(stream, windows, query, gunicorn_client_gone(request.environ))
-    if plan.body is None:
+    plan = continuous_plan(stream, windows, query)
+    if plan.subscription is None or plan.steps is None:
         return Response(status=204, headers=plan.headers)
-    return HeadersAtOnce(plan.body, mimetype=None, content_type=plan.packager.content_type, headers=plan.headers)
+    followed = followed_body(plan.subscription, plan.packager, services().continuous,
+                             gunicorn_client_gone(request.environ), plan.steps(POLL_SECONDS))
+    fanout = services().fanout
+    kwargs: dict[str, Any] = {"mimetype": None, "content_type": plan.packager.content_type, "headers": plan.headers}
+    if fanout is None:
+        return HeadersAtOnce(followed, **kwargs)
+    return FannedOut(fanout, plan.subscription, followed, **kwargs)

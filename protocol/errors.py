@@ -8,6 +8,8 @@ problem is known; the protocol's own problems are ``HttpProblem``s. ``error_resp
 from __future__ import annotations
 
 import logging
+import threading
+from collections import Counter
 
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
@@ -67,8 +69,22 @@ class BodyStalled(HttpProblem):
                          headers={"Connection": "close"})
 
 
+_REFUSED: Counter[int] = Counter()  # this process's answers that refused a request for load or limits, by status
+_REFUSED_LOCK = threading.Lock()
+REFUSALS = frozenset({408, 413, 429, 503})
+
+
+def refused_counts() -> dict[str, int]:
+    """Requests refused because of a limit or the load (408, 413, 429, 503), by status, since the start."""
+    with _REFUSED_LOCK:
+        return {str(status): n for status, n in sorted(_REFUSED.items())}
+
+
 def error_response(error: ConcentratorError) -> Response:
     """An error as the client gets it: its status hint, its message, its headers."""
+    if error.status_hint in REFUSALS:
+        with _REFUSED_LOCK:
+            _REFUSED[error.status_hint] += 1
     if error.status_hint >= 500:
         log.error("%s: %s", type(error).__name__, error.message)
     response = Response(error.message.rstrip() + "\n", status=error.status_hint, mimetype="text/plain")

@@ -68,7 +68,11 @@ class AvailableReader:
         if sock is None or unreader is None:
             return True
         waiting: int = unreader.buf.tell()
-        if waiting < ARRIVING_BYTES and select.select([sock], [], [], 0)[0]:
+        if waiting < ARRIVING_BYTES:
+            poller = select.poll()  # not select(): descriptors past 1024 are common on a busy server
+            poller.register(sock, select.POLLIN)
+            if not poller.poll(0):  # (a socket with a timeout would wait for it in recv, whatever its flags)
+                return False
             try:
                 waiting += len(sock.recv(ARRIVING_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT))
             except OSError:  # nothing after all, or a broken connection (the read will say so)

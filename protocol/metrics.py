@@ -53,7 +53,9 @@ class StatusCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         status = self.document()
-        yield from _stream_metrics(status.get("streams", {}), status.get("continuous", []))
+        load = status.get("load", {})
+        yield from _stream_metrics(status.get("streams", {}), load.get("subscribers_per_sequence", {}))
+        yield from _load_metrics(load)
         yield from _pipeline_metrics(status.get("pipeline", {}))
         yield from _rule_metrics(status.get("rules", {}))
         dataset = GaugeMetricFamily("concentrator_dataset_revisions", "Revisions of the dataset (its HEAD number).")
@@ -66,9 +68,59 @@ class StatusCollector(Collector):
                                       "client closed its connection, since start-up.")
         stopped.add_metric([], queries.get("stopped_client_gone", 0))
         yield from (running, stopped)
+        yield from _query_budget_metrics(queries)
 
 
-def _stream_metrics(streams: Document, continuous: list[Document]) -> Iterator[Metric]:
+def _query_budget_metrics(queries: Document) -> Iterator[Metric]:
+    """Overload, as ``/status``'s ``queries`` has it: queries waiting for a query process, stopped by their budget,
+    refused (by reason), and the query processes alive."""
+    queued = GaugeMetricFamily("concentrator_queries_queued", "Queries waiting for a free query process now.")
+    queued.add_metric([], queries.get("queued", 0))
+    budget = CounterMetricFamily("concentrator_queries_stopped_budget", "Queries stopped because they ran (or "
+                                 "waited) past their time budget, since start-up.")
+    budget.add_metric([], queries.get("stopped_budget", 0))
+    refused = CounterMetricFamily("concentrator_queries_refused", "Queries refused before they ran, since start-up: "
+                                  "client_limit (429, --queries-per-client), queue_full (503, --query-queue or the "
+                                  "request threads).", labels=["reason"])
+    for reason, count in sorted(queries.get("refused", {}).items()):
+        refused.add_metric([reason], count)
+    processes = GaugeMetricFamily("concentrator_query_processes", "Query worker processes alive now.")
+    processes.add_metric([], queries.get("processes", 0))
+    yield from (queued, budget, refused, processes)
+
+
+def _load_metrics(load: Document) -> Iterator[Metric]:
+    """What the server holds and refused (``/status``'s ``load``)."""
+    connections = load.get("connections", {})
+    held = GaugeMetricFamily("concentrator_connections_held", "Connections the HTTP server holds now (waiting for "
+                             "a request, kept alive, or being handled); continuous responses are counted apart.")
+    held.add_metric([], connections.get("held", 0))
+    busy = GaugeMetricFamily("concentrator_threads_busy", "Request threads busy now, by pool (control: /status and "
+                             "/metrics; writes; reads).", labels=["pool"])
+    for pool, count in sorted(connections.get("threads_busy", {}).items()):
+        busy.add_metric([pool], count)
+    fanout = load.get("fanout") or {}
+    subscribers = GaugeMetricFamily("concentrator_fanout_subscribers", "Continuous responses the fan-out's event "
+                                    "loop holds now (HTTP and WebSocket).")
+    subscribers.add_metric([], fanout.get("subscribers", 0))
+    feeds = GaugeMetricFamily("concentrator_fanout_feeds", "Feeds the fan-out follows now (one evaluation per "
+                              "window each).")
+    feeds.add_metric([], fanout.get("feeds", 0))
+    slow = CounterMetricFamily("concentrator_fanout_ended_too_slow", "Continuous responses ended because their "
+                               "client read more slowly than their windows came, since start-up.")
+    slow.add_metric([], fanout.get("ended_too_slow", 0))
+    refused = CounterMetricFamily("concentrator_requests_refused", "Requests refused for a limit or the load since "
+                                  "start-up, by HTTP status (408, 413, 429, 503).", labels=["status"])
+    for status, count in sorted(load.get("refused", {}).items()):
+        refused.add_metric([status], count)
+    timed_out = CounterMetricFamily("concentrator_requests_timed_out", "Requests whose headers or body did not "
+                                    "arrive in time (408 from the server's gate), since start-up.", labels=["what"])
+    for what, count in sorted(connections.get("timed_out", {}).items()):
+        timed_out.add_metric([what], count)
+    yield from (held, busy, subscribers, feeds, slow, refused, timed_out)
+
+
+def _stream_metrics(streams: Document, per_sequence: Document) -> Iterator[Metric]:
     labels = ["stream"]
     retained = GaugeMetricFamily("concentrator_stream_elements", "Elements the stream retains.", labels=labels)
     head = GaugeMetricFamily("concentrator_stream_head_ordinal", "Ordinal of the stream's newest element.",
@@ -90,8 +142,8 @@ def _stream_metrics(streams: Document, continuous: list[Document]) -> Iterator[M
     subscribers = GaugeMetricFamily("concentrator_continuous_subscribers", "Continuous responses running now.",
                                     labels=labels)
     per_stream: dict[str, int] = dict.fromkeys(streams, 0)
-    for registration in continuous:
-        per_stream[registration["stream"]] = per_stream.get(registration["stream"], 0) + 1
+    for sequence in per_sequence.values():
+        per_stream[sequence["stream"]] = per_stream.get(sequence["stream"], 0) + sequence["subscribers"]
     for name, stream in streams.items():
         ingest = stream.get("ingest", {})
         retained.add_metric([name], stream["elements"])

@@ -2,36 +2,13 @@
 
 from __future__ import annotations
 
-from pyoxigraph import QueryResultsFormat, RdfFormat
 from werkzeug.datastructures import MIMEAccept
 from werkzeug.http import parse_accept_header, parse_options_header
 
-RESULTS_FORMATS: dict[str, QueryResultsFormat] = {
-    "application/sparql-results+json": QueryResultsFormat.JSON,
-    "application/json": QueryResultsFormat.JSON,
-    "application/sparql-results+xml": QueryResultsFormat.XML,
-    "application/xml": QueryResultsFormat.XML,
-    "text/csv": QueryResultsFormat.CSV,
-    "text/tab-separated-values": QueryResultsFormat.TSV,
-}
-GRAPH_FORMATS: dict[str, RdfFormat] = {
-    "text/turtle": RdfFormat.TURTLE,
-    "application/n-triples": RdfFormat.N_TRIPLES,
-    "application/rdf+xml": RdfFormat.RDF_XML,
-    "application/ld+json": RdfFormat.JSON_LD,
-    "text/plain": RdfFormat.N_TRIPLES,  # N-Triples' historical media type
-}
-DATASET_FORMATS: dict[str, RdfFormat] = {
-    "application/trig": RdfFormat.TRIG,
-    "application/n-quads": RdfFormat.N_QUADS,
-}
-BODY_FORMATS: dict[str, RdfFormat] = {
-    **{k: v for k, v in GRAPH_FORMATS.items() if k != "text/plain"},
-    **DATASET_FORMATS,
-    "application/x-turtle": RdfFormat.TURTLE,
-    "application/json": RdfFormat.JSON_LD,
-}
+from store.formats import BODY_FORMATS, DATASET_FORMATS, GRAPH_FORMATS, RESULTS_FORMATS
 
+__all__ = ["BODY_FORMATS", "DATASET_FORMATS", "GRAPH_FORMATS", "RESULTS_FORMATS", "best_media_type", "body_media_type",
+           "is_utf8"]
 
 def best_media_type(accept: str | None, offered: list[str]) -> str | None:
     """The offered media type the Accept header prefers (the first offered when no header).

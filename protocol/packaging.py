@@ -1,7 +1,6 @@
 """How continuous responses are packaged (docs/continuous.md, "Packaging"): which media type each window's result
-gets (``choose``), how one window's result is serialized (``serialize_items``), and how parts are framed for the
-packaging (``Packager``: one document per HTTP chunk, a continuous N-Quads/N-Triples stream, ``multipart/mixed``
-parts, or server-sent events)."""
+gets (``choose``) and how parts are framed for the packaging (``Packager``: one document per HTTP chunk, a
+continuous N-Quads/N-Triples stream, ``multipart/mixed`` parts, server-sent events, WebSocket messages)."""
 
 from __future__ import annotations
 
@@ -10,9 +9,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyoxigraph import Store, serialize
-
-from engine.results import solutions_from_rows
 from protocol.errors import BadRequest, NotAcceptable
 from protocol.negotiation import DATASET_FORMATS, GRAPH_FORMATS, RESULTS_FORMATS, best_media_type
 
@@ -105,22 +101,3 @@ class Packager:
 
     def keepalive(self) -> bytes:
         return b": keep-alive\n\n" if self.packaging == "event-stream" else b""
-
-
-def serialize_items(kind: str, items: list[Any], variables: tuple[str, ...], media_type: str) -> bytes:
-    if kind == "quads":
-        return _bytes(serialize(items, format=DATASET_FORMATS[media_type]))
-    if kind == "triples":
-        return _bytes(serialize(items, format=GRAPH_FORMATS[media_type]))
-    if kind == "boolean":
-        solutions: Any = Store().query("ASK {}" if items and items[0] else "ASK { FILTER(false) }")
-    else:
-        solutions = solutions_from_rows(list(variables),
-                                        [{n: t for n, t in zip(variables, row, strict=True) if t is not None}
-                                         for row in items])
-    return solutions.serialize(format=RESULTS_FORMATS[media_type])  # type: ignore[no-any-return]
-
-
-def _bytes(serialized: bytes | None) -> bytes:
-    assert serialized is not None  # serialize() without an output returns the bytes
-    return serialized

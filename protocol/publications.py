@@ -17,15 +17,16 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
+from delivery.publications import Publication, PublicationRegistry
+from delivery.results import kind_of
 from protocol.access import reads_only, writes
 from protocol.bodies import text_body
 from protocol.errors import BadRequest, HttpProblem, NotAcceptable
 from protocol.negotiation import body_media_type
 from protocol.packaging import OFFERED
 from protocol.parameters import reads
-from protocol.services import Publication, PublicationRegistry, services
+from protocol.services import services
 from protocol.stream_params import mqtt_topic_filter
-from protocol.window_results import kind_of
 from sparql_ext.reporting import ReportPolicy, parse_report
 from sparql_ext.windowref import parse_window_ref
 from store.streams import check_stream_name

@@ -9,8 +9,8 @@ from typing import IO, Any
 
 from flask import Response
 
+from delivery.feeds import bounds_headers
 from engine.selection import SelectedWindow
-from sparql_ext.windowing import format_micros
 from store import Revision
 
 CHUNK = 1 << 16
@@ -49,13 +49,6 @@ def spooled_response(spool: IO[bytes], mimetype: str, headers: dict[str, str]) -
     return response
 
 
-def bounds_headers(kind: str, start: int, end: int) -> dict[str, str]:
-    """A window's bounds: instants, or element ordinals for count windows."""
-    if kind == "count":
-        return {"Window-Start": f"element {start}", "Window-End": f"element {end}"}
-    return {"Window-Start": format_micros(start), "Window-End": format_micros(end)}
-
-
 def window_headers(selected: SelectedWindow) -> dict[str, str]:
     """Which window a response is over: its bounds, index and revision id (a window revision), and
     ``Window-Elements``, its number of elements; nothing for a stream revision."""
@@ -68,6 +61,11 @@ def window_headers(selected: SelectedWindow) -> dict[str, str]:
             "Window-Elements": str(len(selected.ordinals))}
 
 
+#: The WSGI environ key of ``release(sock) -> sock`` (``concentrator.server``): the server forgets the request's
+#: connection, whose response another part (the fan-out) writes and closes from now on
+RELEASE_SOCKET = "concentrator.release_socket"
+
+
 def gunicorn_client_gone(environ: dict[str, Any]) -> Callable[[], bool]:
     """Whether the client closed its connection (gunicorn's socket reads EOF); never, elsewhere."""
     sock = environ.get("gunicorn.socket")
@@ -75,9 +73,13 @@ def gunicorn_client_gone(environ: dict[str, Any]) -> Callable[[], bool]:
         return lambda: False
 
     def gone() -> bool:
+        poller = select.poll()  # not select(): a server holding thousands of connections has descriptors past 1024
         try:
-            readable, _, _ = select.select([sock], [], [], 0)
-            return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+            poller.register(sock, select.POLLIN)
+            readable = poller.poll(0)
+            return bool(readable) and sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
         except (OSError, ValueError):
             return True
 

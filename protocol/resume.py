@@ -24,27 +24,17 @@ Past the last window of an ``Rn`` ref: 204, which also tells EventSource to stop
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 
+from delivery.feeds import Start
 from protocol.errors import BadRequest, Gone
-from sparql_ext.reporting import ReportPolicy, ReportSpec, StreamOperator
+from sparql_ext.reporting import ReportPolicy, ReportSpec
 from sparql_ext.windowing import resolve
 from sparql_ext.windowref import WindowRef
 from store.stream import Stream
 from store.windows import Sequence, WindowRevision
 
 INDEX = re.compile(r"[0-9]{1,15}")
-
-
-@dataclass(frozen=True)
-class Start:
-    """The first window index a response sends; ``seeded``: whether the stream operator's previous window is the
-    latest window evaluated before it (a resumed response) rather than none (a new one)."""
-
-    index: int
-    seeded: bool
-    parameter: str  # how the client asked for it, for error messages
 
 
 def requested_start(args: Mapping[str, str], last_event_id: str | None, packaging: str) -> Start | None:
@@ -100,17 +90,6 @@ def subscribed_sequence(stream: Stream, ref: WindowRef, expected: str | None, re
     if resuming and (registered := stream.windows.with_ref(canonical)):
         return registered[-1]
     return stream.register(canonical, resolve(ref, stream))
-
-
-def seed_window(stream: Stream, sequence: Sequence, start: Start, spec: ReportSpec) -> WindowRevision | None:
-    """The window to evaluate (not send) before ``start``: the latest one before it that the response would have
-    fed to its Reporter; None when there is none or the operator does not look back (RStream)."""
-    if not start.seeded or spec.operator is StreamOperator.RSTREAM:
-        return None
-    keep: Callable[[WindowRevision], bool] = lambda _: True  # noqa: E731
-    if ReportPolicy.NON_EMPTY_CONTENT in spec.policies:  # windows without elements are not evaluated at all
-        keep = lambda revision: revision.count > 0  # noqa: E731
-    return stream.windows.last_before(sequence.id, start.index, keep)
 
 
 def check_available(stream: Stream, sequence: Sequence, start: Start, seed: WindowRevision | None,

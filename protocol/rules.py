@@ -21,11 +21,12 @@ from collections.abc import Callable, Collection
 
 from flask import Blueprint, Response, jsonify, request
 
+from delivery.publications import PublicationRegistry, rule_publication
 from protocol.access import check_stream_write, reads_only, writes
 from protocol.bodies import text_body
 from protocol.errors import BadRequest, HttpProblem, UnsupportedMediaType
 from protocol.parameters import name_list, near_miss, reads
-from protocol.services import PublicationRegistry, rule_publication, services
+from protocol.services import services
 from protocol.stream_params import mqtt_topic_filter
 from rules.analysis import output_stream_name
 from rules.registry import Rule, RuleRegistry, RuleSpec

@@ -10,16 +10,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import requests
 from flask import Flask, current_app
 
-from engine.errors import EvaluationStopped
+from delivery.fanout import Fanout
+from delivery.publications import PublicationRegistry
+from delivery.results import SharedResults
+from delivery.subscriptions import Registrations
+from engine.errors import EvaluationStopped, QueryBudgetExceeded
 from engine.evaluation import ExtendedEvaluator, HttpSession
-from protocol.window_results import SharedResults
+from engine.workers import DEFAULT_PROCESSES, QueryLimits, QueryPool, Snapshots, in_flight_bound
 from rules.event_rules import EventRules
 from rules.registry import RuleRegistry
 from store import RevisionedDataset
@@ -43,57 +47,24 @@ class ServerConfig:
     framing_processes: int = 2  # processes writing uploads' large segments (store.canonical); 0: request threads
     sequences_per_client: int = 64  # live window sequences a client's reads may register (protocol/access.py)
     base_urls: tuple[str, ...] = ()  # the URLs this server answers at (a SERVICE to them is evaluated in-process)
-
-
-@dataclass
-class Registration:
-    """One running continuous response (shown in /status)."""
-
-    id: str
-    stream: str
-    ref: str
-    packaging: str
-    media_type: str
-    client: str
-    started: str
-    windows_sent: int = 0
-    last_window: int | None = None
-
-    def delivered(self, index: int, part: bytes) -> bytes:
-        """Count a window's part as sent (for /status) and pass it on."""
-        self.windows_sent += 1
-        self.last_window = index
-        return part
-
-
-@dataclass
-class Registrations:
-    """The continuous responses running now."""
-
-    _items: dict[str, Registration] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, registration: Registration) -> None:
-        with self._lock:
-            self._items[registration.id] = registration
-
-    def remove(self, ident: str) -> None:
-        with self._lock:
-            self._items.pop(ident, None)
-
-    def status(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [asdict(r) for r in self._items.values()]
+    query_timeout: float = 60.0  # seconds a query may take (a request's timeout= may lower it; engine/workers.py)
+    query_processes: int = DEFAULT_PROCESSES  # worker processes evaluating plain queries; 0: in the request threads
+    queries_per_client: int = 4  # queries a client may have running or waiting; beyond it 429
+    query_queue: int = 64  # queries that may wait for a busy worker; beyond it 503
+    request_threads: int = 16  # the server's --threads: queries in flight leave some free (engine.workers)
 
 
 @dataclass
 class QueryStats:
-    """The queries being evaluated for clients now, and those stopped because their client went away (``/status``,
-    ``queries``)."""
+    """The queries being evaluated for clients now, and those stopped because their client went away or their budget
+    ran out (``/status``, ``queries``); ``pool``: their admission, budgets and worker processes, which counts the
+    queries waiting for a worker and those refused."""
 
-    running: int = 0
+    running: int = 0  # inside ``evaluating()``: in a worker, waiting for one, or in a request thread
     stopped_client_gone: int = 0
+    stopped_budget: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    pool: QueryPool = field(default_factory=QueryPool)
 
     @contextmanager
     def evaluating(self) -> Iterator[None]:
@@ -105,49 +76,18 @@ class QueryStats:
             with self._lock:
                 self.stopped_client_gone += 1
             raise
+        except QueryBudgetExceeded:
+            with self._lock:
+                self.stopped_budget += 1
+            raise
         finally:
             with self._lock:
                 self.running -= 1
 
-    def status(self) -> dict[str, int]:
-        return {"running": self.running, "stopped_client_gone": self.stopped_client_gone}
-
-
-@dataclass(frozen=True)
-class Publication:
-    """A standing order to publish to an MQTT topic (``PUT /streams/{stream}/publications/{name}``; docs/connectors.md,
-    "MQTT out"): each window result of ``windows`` (a repeating WindowRef; ``query`` over each window, None: the
-    window dataset, as a continuous response gives it), or, with ``windows`` None, each element of the stream (only
-    those a rule made when ``rule`` names it: a rule's ``publish=``)."""
-
-    stream: str
-    name: str
-    topic: str
-    windows: str | None = None
-    query: str | None = None
-    media_type: str = "application/trig"
-    report: str | None = None
-    operator: str | None = None
-    retain: bool = False
-    base: str = ""  # the server's base URL: resolves the query's IRIs of this server
-    rule: str | None = None
-
-
-def rule_publication(rule: str, output: str, topic: str, base: str) -> Publication:
-    """What a rule's ``publish=`` topic is: a publication of its output elements, named after it."""
-    return Publication(output, f"rule-{rule}", topic, base=base, rule=rule)
-
-
-class PublicationRegistry(Protocol):
-    """What the HTTP layer asks of the MQTT publisher (``connectors.mqtt_out.Publications`` implements it)."""
-
-    def put(self, publication: Publication) -> tuple[dict[str, object], bool]:
-        """Start (or replace) a publication; returns its description and whether it is new."""
-        ...
-
-    def delete(self, stream: str, name: str) -> None: ...
-
-    def describe(self, stream: str, name: str | None = None) -> list[dict[str, object]]: ...
+    def status(self) -> dict[str, Any]:
+        pool = self.pool.status()
+        return {"running": max(0, self.running - pool["queued"]), "stopped_client_gone": self.stopped_client_gone,
+                "stopped_budget": self.stopped_budget, **pool}
 
 
 def _no_connectors() -> dict[str, object]:
@@ -185,6 +125,8 @@ class Services:
     event_rules: EventRules | None = None  # the workers of rules with MATCH (fired per element, no pipeline needed)
     framing: FramingProcesses = field(default_factory=lambda: FramingProcesses(0))  # uploads' large segments
     queries: QueryStats = field(default_factory=QueryStats)  # queries being evaluated for clients
+    fanout: Fanout | None = None  # holds continuous responses' connections without a thread each (a server's)
+    connections: Callable[[], dict[str, Any]] = dict  # the HTTP server's connections and threads (set by it)
 
     @classmethod
     def open(cls, config: ServerConfig) -> Services:
@@ -196,16 +138,33 @@ class Services:
         http = cast(HttpSession, requests.Session())  # what the evaluator uses of it (engine imports no HTTP library)
         evaluator = ExtendedEvaluator(dataset, streams, list(config.base_urls), http, allow_hosts=allow)
         rules = RuleRegistry(config.data_dir / "rules", evaluator)
+        registrations = Registrations()
         return cls(dataset, streams, evaluator, rules, event_rules=EventRules(rules),
-                   framing=FramingProcesses(config.framing_processes))
+                   framing=FramingProcesses(config.framing_processes), continuous=registrations,
+                   queries=QueryStats(pool=query_pool(config, dataset)),
+                   fanout=Fanout(registrations))
 
     def close(self) -> None:
+        self.queries.pool.close()  # first: its workers read snapshots of the dataset
+        if self.fanout is not None:
+            self.fanout.close()
         if self.event_rules is not None:  # they append to streams: stopped (their state saved) first
             self.event_rules.close()
         self.rules.flush_statuses()
         self.framing.close()
         self.streams.close()
         self.dataset.close()
+
+
+def query_pool(config: ServerConfig, dataset: RevisionedDataset) -> QueryPool:
+    """The query processes of ``config`` over ``dataset``: snapshots in ``<data>/snapshots``, results spooled in
+    ``<data>/query-results`` (both emptied at start)."""
+    limits = QueryLimits(config.query_timeout, config.query_processes, config.queries_per_client, config.query_queue,
+                         in_flight_bound(config.request_threads))
+    if not config.query_processes:
+        return QueryPool(limits)
+    snapshots = Snapshots(config.data_dir / "snapshots", dataset.snapshot, lambda: dataset.head)
+    return QueryPool(limits, snapshots, config.data_dir / "query-results")
 
 
 def services() -> Services:

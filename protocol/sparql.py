@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import math
 import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from flask import Blueprint, Response, request
-from pyoxigraph import NamedNode, QueryTriples, Store
+from pyoxigraph import NamedNode, QueryResultsFormat, QueryTriples, RdfFormat, Store
 from werkzeug.datastructures import MultiDict
 
 from engine import plain
 from engine.evaluation import ExtendedEvaluator, QueryTarget
 from engine.results import ConstructedQuads, ConstructedTriples
-from protocol.access import READ, Need, ParsedRequest, ensure_write, needs
+from engine.workers import Budget, QueryTask
+from protocol.access import READ, Need, ParsedRequest, client_name, ensure_write, needs
 from protocol.bodies import text_body
 from protocol.errors import BadRequest, MethodNotAllowed, NotAcceptable, UnsupportedMediaType
 from protocol.negotiation import (
@@ -46,6 +48,7 @@ class SparqlRequest:
     default_graphs: list[str] = field(default_factory=list)
     named_graphs: list[str] = field(default_factory=list)
     revision: str | None = None  # revision-id=, in the query string or the form
+    timeout: str | None = None  # timeout=: the query's budget in seconds, as sent
 
 
 def _dataset() -> RevisionedDataset:
@@ -88,13 +91,17 @@ def read_sparql_request() -> SparqlRequest:
     revisions = params.getlist("revision-id")
     if len(revisions) > 1:
         raise BadRequest("revision-id is given more than once; give one revision")
+    timeouts = params.getlist("timeout")
+    if len(timeouts) > 1:
+        raise BadRequest("timeout is given more than once; give the query's budget once")
     if updates:
         if revisions and revisions[0]:
             raise BadRequest("revision-id selects a revision to read; updates always apply to HEAD")
         return SparqlRequest("update", updates[0], params.getlist("using-graph-uri"),
                              params.getlist("using-named-graph-uri"))
     return SparqlRequest("query", queries[0], params.getlist("default-graph-uri"),
-                         params.getlist("named-graph-uri"), revisions[0] if revisions else None)
+                         params.getlist("named-graph-uri"), revisions[0] if revisions else None,
+                         timeouts[0] if timeouts else None)
 
 
 def _iris(values: list[str], parameter: str) -> list[NamedNode]:
@@ -114,7 +121,7 @@ def sparql_need(parsed: ParsedRequest) -> Need:
 @bp.route("/sparql", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
 @needs(sparql_need)
 @reads("query", "update", "default-graph-uri", "named-graph-uri", "using-graph-uri", "using-named-graph-uri",
-       "revision-id")
+       "revision-id", "timeout")
 def sparql_endpoint() -> Response:
     operation = read_sparql_request()
     if operation.kind == "update":
@@ -127,6 +134,9 @@ def sparql_endpoint() -> Response:
 
 
 def evaluate_query(operation: SparqlRequest) -> Response:
+    """A query within its budget (``engine.workers``): a plain one in a worker process (killed past its budget), an
+    extended one here (its result's writing stopped past it); at most ``--queries-per-client`` per client."""
+    budget = query_budget(operation.timeout)
     dataset = _dataset()
     ordinal = dataset.resolve(operation.revision)
     default_graph = _iris(operation.default_graphs, "default-graph-uri") or None
@@ -135,13 +145,23 @@ def evaluate_query(operation: SparqlRequest) -> Response:
         default_graph = []  # the protocol dataset replaces the store's: an empty default graph
     if ordinal is None:
         ordinal = dataset.head  # pinned: the response's headers name the revision the query read
-    if is_extended(operation.text, request.base_url):
-        evaluator = _evaluator().with_local_bases([request.host_url.rstrip("/")])
-        target = QueryTarget(None, default_graph, named_graphs, None, request.base_url, ordinal)
-        spool, mimetype = serialize_result(evaluator.query(operation.text, target))
-    else:
-        with dataset.reading(ordinal) as store:
-            spool, mimetype = run_query(store, operation.text, default_graph, named_graphs)
+    queries, client = services().queries, client_name()
+    with queries.pool.admit(client, budget):
+        if is_extended(operation.text, request.base_url):
+            evaluator = _evaluator().with_local_bases([request.host_url.rstrip("/")])
+            target = QueryTarget(None, default_graph, named_graphs, None, request.base_url, ordinal)
+            stop = budget.stop_when(gunicorn_client_gone(request.environ))
+            with queries.evaluating(), plain.stopping(stop):  # its solutions are serialized as it evaluates them
+                spool, mimetype = _serialized(evaluator.query(operation.text, target), budget, stop)
+        elif queries.pool.in_workers:
+            task = QueryTask(operation.text, request.base_url, _values(default_graph), _values(named_graphs),
+                             worker_formats(request.headers.get("Accept")))
+            with queries.evaluating():
+                output = queries.pool.evaluate(task, ordinal, budget, gunicorn_client_gone(request.environ), client)
+            spool, mimetype = output.file, output.media_type
+        else:
+            with dataset.reading(ordinal) as store:
+                spool, mimetype = run_query(store, operation.text, default_graph, named_graphs, budget)
     headers = {}
     revision = dataset.revision(ordinal)
     if revision is not None:
@@ -151,6 +171,26 @@ def evaluate_query(operation: SparqlRequest) -> Response:
 
 def _evaluator() -> ExtendedEvaluator:
     return services().evaluator
+
+
+def _values(iris: list[NamedNode] | None) -> tuple[str, ...] | None:
+    return None if iris is None else tuple(iri.value for iri in iris)
+
+
+def query_budget(given: str | None) -> Budget:
+    """The request's budget, from now: ``timeout=`` seconds (``given``), at most the server's ``--query-timeout``;
+    without it, the server's."""
+    pool = services().queries.pool
+    if given is None:
+        return pool.budget()
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = math.nan
+    if not seconds > 0:  # NaN too
+        raise BadRequest(f"timeout={given!r}: give the query's budget in seconds, a number more than 0 (at most the "
+                         f"server's --query-timeout, {pool.limits.timeout:g} s)")
+    return pool.budget(seconds, given)
 
 
 # SERVICE too: pyoxigraph would call a SERVICE itself, over HTTP, past the allowlist; only the engine may call one
@@ -175,47 +215,86 @@ def is_extended(text: str, base_iri: str | None) -> bool:
     return bool(extended.parts or extended.uses_then or extended.template is not None)
 
 
-def serialize_result(result: Any) -> tuple[IO[bytes], str]:
+def serialize_result(result: Any, budget: Budget | None = None) -> tuple[IO[bytes], str]:
     """Serialize a query result (plain or extended) in the format the request's Accept prefers. pyoxigraph evaluates
-    as it writes: a client that goes away meanwhile stops the evaluation (``plain.Watched``)."""
+    as it writes: a client that goes away meanwhile, or the end of ``budget`` (default: the server's, from now), stops
+    the evaluation (``plain.Watched``, ``Budget.stop_when``)."""
+    queries = services().queries
+    budget = budget or queries.pool.budget()
+    with queries.evaluating():
+        return _serialized(result, budget, budget.stop_when(gunicorn_client_gone(request.environ)))
+
+
+def _serialized(result: Any, budget: Budget, stop: Callable[[], bool]) -> tuple[IO[bytes], str]:
     spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
     try:
-        with services().queries.evaluating():
-            return spool, _write_result(result, spool, gunicorn_client_gone(request.environ))
+        if budget.expired():  # an extended query's evaluation before its first result took it all
+            raise budget.exceeded()
+        return spool, _write_result(result, spool, stop)
     except BaseException:
         spool.close()
         raise
 
 
+ResultForm = Literal["solutions", "graph", "dataset"]
+_FORMS: dict[ResultForm, tuple[dict[str, QueryResultsFormat] | dict[str, RdfFormat], str]] = {
+    "solutions": (RESULTS_FORMATS, "SELECT/ASK results are available as: "),
+    "graph": (GRAPH_FORMATS, "CONSTRUCT/DESCRIBE results are available as: "),
+    "dataset": (DATASET_FORMATS, "CONSTRUCT with GRAPH in its template gives a dataset, available as: "),
+}
+
+
+def result_format(form: ResultForm, accept: str | None) -> tuple[str, QueryResultsFormat | RdfFormat]:
+    """The media type the request's ``Accept`` prefers for a result of ``form`` and pyoxigraph's format for it, or
+    ``NotAcceptable`` listing those available: the one choice, for results written here (``_write_result``) and in
+    query processes (``worker_formats``)."""
+    formats, available = _FORMS[form]
+    mimetype = best_media_type(accept, list(formats))
+    if mimetype is None:
+        raise NotAcceptable(available + ", ".join(formats))
+    return mimetype, formats[mimetype]
+
+
+def worker_formats(accept: str | None) -> dict[str, tuple[str, str] | str]:
+    """``result_format`` for each form a plain query may give, as a query process is told it
+    (``engine.workers.QueryTask.formats``): the media type and the canonical media type of pyoxigraph's format, or
+    the 406 message."""
+    chosen: dict[str, tuple[str, str] | str] = {}
+    for form in ("solutions", "graph"):
+        try:
+            mimetype, found = result_format(form, accept)
+        except NotAcceptable as refused:
+            chosen[form] = refused.message
+        else:
+            chosen[form] = (mimetype, found.media_type)
+    return chosen
+
+
 def _write_result(result: Any, spool: IO[bytes], stop: Callable[[], bool]) -> str:
     accept = request.headers.get("Accept")
     if isinstance(result, ConstructedQuads):
-        mimetype = best_media_type(accept, list(DATASET_FORMATS))
-        if mimetype is None:
-            raise NotAcceptable("CONSTRUCT with GRAPH in its template gives a dataset, available as: "
-                                + ", ".join(DATASET_FORMATS))
-        plain.write_rdf(result, spool, DATASET_FORMATS[mimetype], stop)
+        mimetype, found = result_format("dataset", accept)
+        assert isinstance(found, RdfFormat)
+        plain.write_rdf(result, spool, found, stop)
     elif isinstance(result, ConstructedTriples | QueryTriples):
-        mimetype = best_media_type(accept, list(GRAPH_FORMATS))
-        if mimetype is None:
-            raise NotAcceptable("CONSTRUCT/DESCRIBE results are available as: " + ", ".join(GRAPH_FORMATS))
+        mimetype, found = result_format("graph", accept)
+        assert isinstance(found, RdfFormat)
         if isinstance(result, QueryTriples):
-            plain.write(result, spool, GRAPH_FORMATS[mimetype], stop)
+            plain.write(result, spool, found, stop)
         else:
-            plain.write_rdf(result, spool, GRAPH_FORMATS[mimetype], stop)
+            plain.write_rdf(result, spool, found, stop)
     else:
-        mimetype = best_media_type(accept, list(RESULTS_FORMATS))
-        if mimetype is None:
-            raise NotAcceptable("SELECT/ASK results are available as: " + ", ".join(RESULTS_FORMATS))
-        plain.write(result, spool, RESULTS_FORMATS[mimetype], stop)
+        mimetype, found = result_format("solutions", accept)
+        plain.write(result, spool, found, stop)
     return mimetype
 
 
 def run_query(store: Store, text: str, default_graph: list[Any] | None,
-              named_graphs: list[Any] | None) -> tuple[IO[bytes], str]:
-    """Evaluate a plain query and serialize its result in the format the request's Accept prefers.
+              named_graphs: list[Any] | None, budget: Budget | None = None) -> tuple[IO[bytes], str]:
+    """Evaluate a plain query in this thread and serialize its result in the format the request's Accept prefers,
+    within ``budget`` as far as its writing goes (queries over windows, and ``/sparql`` without query processes).
 
     The result is computed completely before anything is sent, so an evaluation error is a 4xx."""
     result = plain.run(store, text, base_iri=request.base_url, default_graph=default_graph,
                        named_graphs=named_graphs)
-    return serialize_result(result)
+    return serialize_result(result, budget)

@@ -10,6 +10,7 @@ from flask import Blueprint, Response, current_app, jsonify
 from prometheus_client import ProcessCollector
 
 from protocol.access import reads_only
+from protocol.errors import refused_counts
 from protocol.parameters import name_list, reads
 from protocol.rules import rule_json
 from protocol.services import ServerConfig, Services, services
@@ -34,6 +35,8 @@ def _dataset_status(served: Services) -> dict[str, Any]:
             "oldest_readable_revision": dataset.oldest_readable, "unavailable": dataset.unavailable}
 
 
+CONTINUOUS_LISTED = 200
+
 # The document's sections, each computed only when asked for (GET /status?sections=…: a dashboard polling the
 # pipeline need not encode 1,000 rules' latency histograms, ≈ 30 ms and 570 KB a request)
 SECTIONS: dict[str, Callable[[Services, ServerConfig], Any]] = {
@@ -45,8 +48,13 @@ SECTIONS: dict[str, Callable[[Services, ServerConfig], Any]] = {
     "rules": lambda served, _: {rule.name: rule_json(rule) for rule in served.rules.rules()},
     # static rule parts (SERVICE ?var prefixes, SERVICE <…/sparql>, sub-SELECTs) evaluated once per dataset revision
     "static_cache": lambda served, _: served.evaluator.cache.status(),
-    "continuous": lambda served, _: served.continuous.status(),  # registrations of continuous responses
-    "queries": lambda served, _: served.queries.status(),  # being evaluated; stopped because their client left
+    # registrations of continuous responses: the newest CONTINUOUS_LISTED (thousands would make /status megabytes
+    # long and slow the fan-out); ``load`` counts them all
+    "continuous": lambda served, _: served.continuous.status(CONTINUOUS_LISTED),
+    # how many: connections and threads held, subscribers per sequence, refused requests (docs/deployment.md)
+    "load": lambda served, _: load_status(served),
+    # running, waiting for a query process, stopped (client gone, budget), refused; the query processes
+    "queries": lambda served, _: served.queries.status(),
     "continuous_window_results": lambda served, _: served.window_results.status(),
     "connectors": lambda served, _: served.connector_status(),  # streams following an LDES: pages, members, errors
     "mqtt": lambda served, _: served.connectors.status(),  # per stream and topic: messages, elements, lag, …
@@ -62,6 +70,15 @@ def status_document(served: Services, config: ServerConfig, sections: Collection
     ``sections``: only these (``SECTIONS``' names)."""
     return {name: section(served, config) for name, section in SECTIONS.items()
             if sections is None or name in sections}
+
+
+def load_status(served: Services) -> dict[str, Any]:
+    """What the server holds now and what it refused: the HTTP server's connections and busy threads, the
+    fan-out's subscribers and feeds, subscribers per window sequence, queries, and refused requests by status."""
+    return {"connections": served.connections(),
+            "fanout": served.fanout.status() if served.fanout is not None else None,
+            "subscribers": len(served.continuous), "subscribers_per_sequence": served.continuous.per_sequence(),
+            "refused": refused_counts()}
 
 
 def process_status() -> dict[str, float]:

@@ -23,27 +23,30 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
+import socket
+from dataclasses import replace
 from typing import Any
 
 from flask import Response, current_app, request
 from pyoxigraph import RdfFormat
 from simple_websocket import ConnectionClosed, Server
 
+from delivery.fanout import accept_websocket
 from protocol.access import ensure_write
-from protocol.continuous import continuous_plan
+from protocol.continuous import POLL_SECONDS, continuous_plan, followed_body
 from protocol.errors import BadRequest, UnsupportedMediaType
-from protocol.services import ServerConfig
+from protocol.responses import RELEASE_SOCKET
+from protocol.services import ServerConfig, services
 from sparql_ext.errors import ConcentratorError
 from sparql_ext.windowing import format_micros
 from store.durable import now_micros
 from store.elements import ParsedElement
 from store.errors import DuplicateElement
+from store.formats import UPLOAD_FORMATS
 from store.framing import ElementFramer
 from store.stream import Stream
 
 PING_SECONDS = 25.0  # keeps idle connections open through proxies, and notices a client that is gone
-UPLOAD_FORMATS = {"application/trig": RdfFormat.TRIG, "application/n-quads": RdfFormat.N_QUADS}
 BATCH = 1_000  # elements received back to back that one commit makes durable before they are answered
 POLICY_VIOLATION = 1008
 
@@ -67,23 +70,29 @@ def _accept() -> Server:
 
 
 def continuous_websocket(stream: Stream, windows: str, query: str | None) -> Response:
-    ws: Server | None = None
-    plan = continuous_plan(stream, windows, query, lambda: ws is None or not ws.connected, websocket=True)
-    if plan.body is None:
+    plan = continuous_plan(stream, windows, query, websocket=True)
+    if plan.subscription is None or plan.steps is None:
         return Response(status=204, headers=plan.headers)  # an Rn resumed past its end: nothing to open a socket for
-    ws = _accept()
-    body: Iterator[bytes] = plan.body
+    opening = json.dumps({**plan.headers, "Content-Type": plan.packager.media_type}).encode()
+    subscription = replace(plan.subscription, opening=opening)
+    fanout, release = services().fanout, request.environ.get(RELEASE_SOCKET)
+    sock = request.environ.get("gunicorn.socket")
+    if fanout is not None and release is not None and isinstance(sock, socket.socket):
+        connection, handshake = accept_websocket(dict(request.headers))
+        sock.sendall(handshake)
+        fanout.subscribe(release(sock), subscription, False, connection)  # the fan-out's loop holds it from now on
+        return Hijacked()
+    ws = _accept()  # a server without the fan-out: this thread follows the sequence
+    body = followed_body(subscription, plan.packager, services().continuous, lambda: not ws.connected,
+                         plan.steps(POLL_SECONDS))
     try:
-        ws.send(json.dumps({**plan.headers, "Content-Type": plan.packager.media_type}))
         for part in body:
             ws.send(part.decode("utf-8"))
         ws.close()
     except (ConnectionClosed, OSError):
         pass  # the client went away: its registration ends with the body
     finally:
-        close = getattr(body, "close", None)
-        if close is not None:
-            close()
+        body.close()
     return Hijacked()
 
 

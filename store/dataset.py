@@ -70,6 +70,7 @@ class RevisionedDataset:
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._in_memory = in_memory
         self._store = Store() if in_memory else Store(str(self.directory / "store"))
         self._closed = False
         self._history = History(self.directory / "history")
@@ -134,6 +135,39 @@ class RevisionedDataset:
                 return
             state = self._state_at(ordinal)
         yield state
+
+    def snapshot(self, ordinal: int, path: Path) -> None:
+        """Write the state after revision ``ordinal`` into ``path`` (a directory that must not exist) as a store that
+        other processes open with ``Store.read_only`` (the query workers, ``engine.workers``).
+
+        HEAD of the on-disk store is a RocksDB checkpoint (``Store.backup``: hard links to its immutable files, a few
+        milliseconds whatever its size; docs/deployment.md); an older revision is that checkpoint with the deltas
+        after ``ordinal`` undone in it, O(those deltas). An in-memory dataset (tests) has no files to link: its state
+        is dumped and bulk-loaded, O(|state|). Everything happens under the read lock, so no write lands in between
+        (and retention drops no delta being read)."""
+        with self._lock.read():
+            self._check_available()
+            if self._in_memory:
+                state = self._store if ordinal == self._log.head else self._state_at(ordinal)
+                with tempfile.TemporaryFile(dir=self._staging_dir) as dump:
+                    state.dump(dump, NQ)
+                    dump.seek(0)
+                    copy = Store(str(path))
+                    copy.bulk_load(dump, NQ)
+                copy.flush()
+                del copy  # the last reference: pyoxigraph closes the store (readers open it afterwards)
+                return
+            self._store.backup(str(path))
+            if ordinal == self._log.head:
+                return
+            past = Store(str(path))  # the checkpoint is a database of its own: changing it leaves HEAD alone
+            for revision in reversed(self._log.since(ordinal)):
+                ins, dele = self._history.delta_paths(revision.ordinal)
+                for quad in parse(path=ins, format=NQ):
+                    past.remove(quad)
+                past.bulk_extend(parse(path=dele, format=NQ))
+            past.flush()
+            del past
 
     def graph_quads(self, graph: GraphName, ordinal: int | None = None) -> list[Quad] | None:
         """The quads of one graph at a revision; None if the graph does not exist there."""

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from pyoxigraph import RdfFormat
-
 from store.elements import PROV_GENERATED_AT_TIME
+from store.formats import MESSAGE_FORMATS
 
-# The formats of an element that comes alone (an MQTT message, a WebSocket message): TriG / N-Quads / JSON-LD with
-# the element's graph name and timestamp triple; Turtle / N-Triples / plain JSON-LD as the content of one element.
-MESSAGE_FORMATS = {
-    "application/trig": RdfFormat.TRIG,
-    "application/n-quads": RdfFormat.N_QUADS,
-    "text/turtle": RdfFormat.TURTLE,
-    "application/n-triples": RdfFormat.N_TRIPLES,
-    "application/ld+json": RdfFormat.JSON_LD,
-}
+__all__ = ["MESSAGE_FORMATS", "StreamConfig"]
+
 
 
 @dataclass

@@ -138,6 +138,8 @@ class WindowLog:
         self._used: dict[str, float] = {}  # sequence -> monotonic time it was last released or used
         self._retired: set[str] = set()  # ids never given again (a re-registration gets a new generation)
         self.state = PipelineState()
+        # called after windows are committed, outside the lock (the fan-out advances its feeds)
+        self.on_windows: list[Callable[[], object]] = []
         if self._sequences_path.exists():
             saved = json.loads(self._sequences_path.read_text())
             if isinstance(saved, list):  # the layout before retirement: a list of sequences
@@ -377,7 +379,10 @@ class WindowLog:
             for revision in revisions:
                 self._remember(revision)
             self._changed.notify_all()
-            return True
+        if revisions:
+            for listener in list(self.on_windows):
+                listener()
+        return True
 
 
 def new_revision(sequence: str, index: int, start: int, end: int, runs: Runs) -> WindowRevision:

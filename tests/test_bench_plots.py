@@ -35,6 +35,7 @@ EXPECTED = {
     ("fuzz", "fuzz"): ["fuzz"],
     ("events", "events"): ["events"],
     ("patients", "patients"): ["patients"],
+    ("queries", "queries"): ["queries_upload", "queries_latency", "queries_parallel"],
 }
 
 

@@ -1,14 +1,17 @@
 """Crash recovery (issue 6): SIGKILL the server (and everything it started: gunicorn's worker, Spark) in the
 middle of an upload and of window processing, restart it on the same data directory, resume the upload where
 the stream's HEAD says it stopped: the elements and the rule's outputs equal those of an uninterrupted run. The
-rule is evaluated in Spark executors (``--rules-on executors``: local ones, which read the windows from the element
-log's files); the driver commits what they return exactly once.
+kill comes with 1,000 continuous subscribers attached. The rule is evaluated in Spark executors (``--rules-on
+executors``: local ones, which read the windows from the element log's files); the driver commits what they return
+exactly once.
 
 The rule's outputs are deterministic (a graph per window named by its start, holding the window's element
 count), so an uninterrupted run's are known by hand: 10 one-minute windows of 60 elements each."""
 
 from __future__ import annotations
 
+import resource
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -89,10 +92,34 @@ EXECUTORS = ["--rules-on", "executors"]  # the rule in (local) Spark executors
 UNINTERRUPTED = {f"urn:window:2016-06-20T10:{minute:02d}:00Z": 60 for minute in range(10)}
 
 
+SUBSCRIBERS = 1_000  # continuous responses attached when the server is killed (issue 31): they change nothing
+
+
+def subscribe(server: RunningServer, count: int) -> list[socket.socket]:
+    """``count`` server-sent-event subscribers to the stream's minute windows (a replay from 10:00, then live),
+    each on its own connection; they read nothing (the server keeps what it sends them in its buffers)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    request = (f"GET /streams/hr?WINDOWS=R/2016-06-20T10:00:00Z/PT01M HTTP/1.1\r\nHost: {host}\r\n"
+               "Accept: text/event-stream\r\n\r\n").encode()
+    held = []
+    for _ in range(count):
+        sock = socket.create_connection((host, int(port)), timeout=30)
+        sock.sendall(request)
+        held.append(sock)
+    deadline = time.monotonic() + 60
+    while requests.get(f"{server.url}/status", params={"sections": "load"}, timeout=10).json()["load"][
+            "subscribers"] < count:
+        assert time.monotonic() < deadline, server.log_tail()
+        time.sleep(0.2)
+    return held
+
+
 def test_sigkill_mid_upload_and_windows_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     data = tmp_path / "data"
     with running_server(EXECUTORS, data_dir=data) as server:
         setup(server)
+        subscribers = subscribe(server, SUBSCRIBERS)
         def fired() -> bool:
             return bool(requests.get(f"{server.url}/streams/counts", timeout=10).json()["elements"])
 
@@ -108,9 +135,11 @@ def test_sigkill_mid_upload_and_windows_then_resume_equals_uninterrupted(tmp_pat
         while not fired():
             assert time.monotonic() < deadline, server.log_tail()
             time.sleep(0.1)
-        kill_tree(server.process.pid)  # mid-upload, with windows being materialized and fired
+        kill_tree(server.process.pid)  # mid-upload, with windows being materialized and fired, subscribers held
         server.process.wait(10)
         sender.join(30)
+        for sock in subscribers:
+            sock.close()
     with running_server(EXECUTORS, data_dir=data) as server:  # restart on the same data directory
         head = requests.get(f"{server.url}/streams/hr", timeout=10).json()["elements"]
         assert 0 < head < ELEMENTS, head  # the kill came mid-upload; what was acknowledged is there

@@ -1,5 +1,5 @@
 """The layout shows the flow (docs/architecture.md): upload → element → window → rule → output, each step owned by
-one package, and imports point one way — sparql_ext (pure) ← store ← engine ← {pipeline, rules} ← protocol ←
+one package, and imports point one way — sparql_ext (pure) ← store ← engine ← {pipeline, rules} ← delivery ← protocol ←
 connectors ← concentrator (the composition root) — with no import cycle between files."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["sparql_ext", "store", "engine", "pipeline", "rules", "protocol", "connectors", "concentrator"]
+PACKAGES = ["sparql_ext", "store", "engine", "pipeline", "rules", "delivery", "protocol", "connectors", "concentrator"]
 HTTP = {"flask", "werkzeug", "gunicorn", "requests"}
 # metrics are read from the layers' own counters at scrape time (protocol/metrics.py): only protocol knows Prometheus
 METRICS = {"prometheus_client"}
@@ -25,11 +25,14 @@ FORBIDDEN = {
     "pipeline": HTTP | METRICS | {"rules", "protocol", "connectors", "concentrator"},
     # rules: registry, firing, executor tasks; no Spark (the pipeline runs their jobs), no HTTP
     "rules": HTTP | METRICS | {"pyspark", "pipeline", "protocol", "connectors", "concentrator"},
+    # delivering window results: following sequences, subscriptions, the fan-out's event loop; no web framework
+    "delivery": HTTP | METRICS | {"pyspark", "pipeline", "rules", "protocol", "connectors", "concentrator"},
     # HTTP: reaches the MQTT connector only through protocol.services.Connectors
     "protocol": {"pyspark", "pipeline", "connectors", "concentrator"},
-    # the I/O of other transports (MQTT, LDES): they write to streams and publish window results (protocol's shared
-    # producers); no web server, no Spark; started by the composition root only (requests: the LDES client)
-    "connectors": {"flask", "werkzeug", "gunicorn", "pyspark", "pipeline", "concentrator"},
+    # the I/O of other transports (MQTT, LDES): they write to streams and publish window results (delivery's shared
+    # producers); nothing of HTTP's (protocol), no Spark; started by the composition root only (requests: the LDES
+    # client)
+    "connectors": {"flask", "werkzeug", "gunicorn", "pyspark", "pipeline", "protocol", "concentrator"},
 }
 
 

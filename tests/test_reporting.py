@@ -151,7 +151,7 @@ def test_bags_through_numbered_rows() -> None:
     # Continuous responses number equal rows (protocol.continuous.numbered) so that the Reporter's set
     # difference is bag difference. Per-arrival scopes of the content-change example in docs/continuous.md
     # with a query giving v = 1 per element: 1 | 1 1 | 1 1 1 | (new window) 1 | 1 1.
-    from protocol.window_results import numbered
+    from delivery.results import numbered
 
     reporter = Reporter(parse_report("content-change,non-empty", "istream"))
     scopes = [["1"], ["1", "1"], ["1", "1", "1"], ["1"], ["1", "1"]]

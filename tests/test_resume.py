@@ -196,7 +196,8 @@ def numbered(n: int) -> str:
 
 
 def test_last_event_id_wins_and_only_for_event_streams() -> None:
-    from protocol.resume import Start, requested_start
+    from delivery.feeds import Start
+    from protocol.resume import requested_start
 
     # EventSource repeats the URL it was opened with (after=0) and adds the id of the last event it got
     assert requested_start({"after": "0"}, "2", "event-stream") == Start(3, True, "Last-Event-ID: 2")

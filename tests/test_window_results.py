@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from protocol.window_results import SharedResults
+from delivery.results import SharedResults
 
 
 def test_concurrent_requests_compute_once_and_share() -> None:

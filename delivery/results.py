@@ -1,8 +1,7 @@
-"""What one window gives a continuous response: its query's result over the window (``window_result``), passed
-through the report policy and the stream operator (``producer``), and shared between the responses that ask the
-same query of the same window: it is computed once, however many subscribers ask for it (bench/continuous: 100
-subscribers evaluating the same query on every window took the server's CPU and slowed ingestion; shared, the
-window costs one evaluation)."""
+"""What one window gives a subscriber: its query's result over the window (``window_result``), passed through the
+report policy and the stream operator (``producer``), serialized in the media type asked for
+(``serialize_items``), and shared between the subscribers that ask the same query of the same window: it is
+computed once, however many ask for it (``SharedResults``; HTTP responses, WebSockets and MQTT publications)."""
 
 from __future__ import annotations
 
@@ -12,14 +11,14 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples, Store
+from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples, Store, serialize
 
 from engine.evaluation import ExtendedEvaluator, QueryTarget
-from engine.results import ConstructedQuads, ConstructedTriples
+from engine.results import ConstructedQuads, ConstructedTriples, solutions_from_rows
 from engine.syntax import checked_query
-from protocol.packaging import serialize_items
 from sparql_ext import THEN_FUNCTION
 from sparql_ext.reporting import Reporter, ReportPolicy, ReportSpec
+from store.formats import DATASET_FORMATS, GRAPH_FORMATS, RESULTS_FORMATS
 from store.stream import Stream
 
 T = TypeVar("T")
@@ -149,3 +148,22 @@ def producer(stream: Stream, query: str | None, evaluator: ExtendedEvaluator, ba
         return serialize_items(result.kind, [item for item, _ in kept], result.variables, media_type)
 
     return produce
+
+
+def serialize_items(kind: str, items: list[Any], variables: tuple[str, ...], media_type: str) -> bytes:
+    if kind == "quads":
+        return _bytes(serialize(items, format=DATASET_FORMATS[media_type]))
+    if kind == "triples":
+        return _bytes(serialize(items, format=GRAPH_FORMATS[media_type]))
+    if kind == "boolean":
+        solutions: Any = Store().query("ASK {}" if items and items[0] else "ASK { FILTER(false) }")
+    else:
+        solutions = solutions_from_rows(list(variables),
+                                        [{n: t for n, t in zip(variables, row, strict=True) if t is not None}
+                                         for row in items])
+    return solutions.serialize(format=RESULTS_FORMATS[media_type])  # type: ignore[no-any-return]
+
+
+def _bytes(serialized: bytes | None) -> bytes:
+    assert serialized is not None  # serialize() without an output returns the bytes
+    return serialized

@@ -1,7 +1,7 @@
 """Continuous responses under load (issue 5): subscribers on one stream while it ingests.
 
-A real server (Spark pipeline, HTTP, ``--threads`` above the subscriber count: each running continuous
-response holds one server thread). One run, two phases over fresh streams, alternating nothing else:
+A real server (Spark pipeline, HTTP; its continuous responses are held by the fan-out, ``delivery/``). One run,
+two phases over fresh streams, alternating nothing else:
 
 1. **baseline**: one uploader sends elements at ``--rate`` elements/s (a paced chunked upload of small
    elements: one triple and a timestamp) for ``--seconds``; nobody subscribes. Ingest rate = elements

@@ -74,8 +74,11 @@ from bench.harness import (
     write_plots,
 )
 from conformance.server import RunningServer, running_server
+from engine.budget import Budget, QueryLimits
 from engine.errors import QueryBudgetExceeded
-from engine.workers import Budget, QueryLimits, QueryPool, QueryTask, Snapshots
+from engine.query_process import QueryTask
+from engine.snapshots import Snapshots
+from engine.workers import QueryPool
 from store import RevisionedDataset
 
 BENCH_NAME = "queries"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from engine.workers import DEFAULT_PER_CLIENT, DEFAULT_PROCESSES, DEFAULT_QUEUE, DEFAULT_TIMEOUT
+from engine.budget import DEFAULT_PER_CLIENT, DEFAULT_PROCESSES, DEFAULT_QUEUE, DEFAULT_TIMEOUT
 from protocol import ServerConfig
 from rules.tasks import PLACEMENTS
 from store.limits import BODY_LIMIT

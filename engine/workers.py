@@ -9,7 +9,7 @@ worker processes, and a query past its budget is stopped by killing its process:
   query first needs one and kept warm. They come from a ``forkserver`` context, never ``fork``: the server process
   runs Spark's JVM and dozens of threads, which a fork would copy in whatever state they are in; the fork server is
   a fresh interpreter that has imported this module (and pyoxigraph) and nothing else, so a worker starts in a few
-  milliseconds. A worker runs at ``nice`` 10 (``_serve``).
+  milliseconds. A worker runs at ``nice`` 10 (``serve``).
 - **Budget**: ``--query-timeout`` seconds (default 60), or less with the request's ``timeout=``, counted from the
   request's start (waiting for a free worker included). Past it the worker is killed (SIGKILL: its CPU is released
   at once), a fresh one is started in its place, and the client gets ``QueryBudgetExceeded`` (503, ``Retry-After``).
@@ -55,21 +55,17 @@ import math
 import multiprocessing
 import os
 import shutil
-import signal
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from multiprocessing.connection import wait as wait_for
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from pyoxigraph import NamedNode, QueryResultsFormat, QueryTriples, RdfFormat, Store
-
-from engine import plain
+from engine.budget import POLL_SECONDS, Budget, QueryLimits
 from engine.errors import (
     ClientQueryLimit,
     EvaluationStopped,
@@ -78,310 +74,13 @@ from engine.errors import (
     QueryQueueFull,
     ResultNotAcceptable,
 )
+from engine.query_process import Crashed, QueryOutput, QueryTask, Refused, Release, Written, serve
+from engine.snapshots import Snapshots
 from store.errors import QueryFailed
 
-DEFAULT_TIMEOUT = 60.0  # seconds: --query-timeout
-DEFAULT_PROCESSES = max(2, 2 * (os.cpu_count() or 1))  # --query-processes
-DEFAULT_PER_CLIENT = 4  # --queries-per-client
-DEFAULT_QUEUE = 64  # --query-queue
-POLL_SECONDS = 0.05  # how often a waiting request looks at its deadline and its client's connection
-WORKER_GRACE = 5.0  # a worker whose parent failed to kill it ends itself this long after its deadline
-NICE = 10
 _CONTEXT = multiprocessing.get_context("forkserver")
 
-
-def in_flight_bound(threads: int) -> int:
-    """Queries admitted at once (running or waiting) for a server of ``threads`` request threads: each holds a thread
-    while it lasts, so a quarter of them (at least 2) is kept for everything else (``/status``, uploads, writes).
-
-    >>> in_flight_bound(16), in_flight_bound(4), in_flight_bound(40)
-    (12, 2, 30)
-    """
-    return max(1, threads - max(2, threads // 4))
-
-
-# --- budgets ------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Budget:
-    """The time a query may take, from its request's start: the server's ``--query-timeout``, or the request's
-    ``timeout=`` (``given``, as sent) when lower."""
-
-    seconds: float
-    server_seconds: float
-    deadline: float  # time.monotonic()
-    given: str | None = None
-
-    @classmethod
-    def start(cls, server_seconds: float, requested: float | None = None, given: str | None = None) -> Budget:
-        seconds = server_seconds if requested is None else min(requested, server_seconds)
-        return cls(seconds, server_seconds, time.monotonic() + seconds, given)
-
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def expired(self) -> bool:
-        return time.monotonic() >= self.deadline
-
-    def exceeded(self, *, waiting: bool = False) -> QueryBudgetExceeded:
-        """The error of a query stopped at its deadline (``waiting``: before a worker was free to run it)."""
-        if self.given is None:
-            source = "the server's --query-timeout"
-        elif self.seconds < self.server_seconds:
-            source = f"timeout={self.given}; the server's --query-timeout is {self.server_seconds:g} s"
-        else:
-            source = f"timeout={self.given}, capped to the server's --query-timeout"
-        what = ("waited for a free query process past its budget" if waiting else "ran past its budget")
-        return QueryBudgetExceeded(
-            f"the query {what} of {self.seconds:g} s ({source}) and was stopped",
-            headers={"Retry-After": str(max(1, math.ceil(self.seconds)))})
-
-    def stop_when(self, gone: Callable[[], bool]) -> Callable[[], bool]:
-        """A ``stop`` for ``engine.plain.write`` (asked while a result is written in this process): raises
-        ``exceeded()`` past the deadline, else says whether the client is ``gone``."""
-        def stop() -> bool:
-            if self.expired():
-                raise self.exceeded()
-            return gone()
-
-        return stop
-
-
-# --- what a worker is asked and answers -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class QueryTask:
-    """One plain query for a worker. ``formats``: for each result form (``solutions``: SELECT and ASK; ``graph``:
-    CONSTRUCT and DESCRIBE), the media type to answer and the canonical media type of pyoxigraph's format for it,
-    or the 406 message when ``Accept`` offers none (chosen by the protocol, which knows the request)."""
-
-    text: str
-    base_iri: str | None
-    default_graph: tuple[str, ...] | None
-    named_graphs: tuple[str, ...] | None
-    formats: Mapping[str, tuple[str, str] | str]
-    snapshot: str = ""  # the store to read (a snapshot directory)
-    output: str = ""  # the file to write the result into
-    seconds: float = 0.0  # how long the worker may take before it ends itself (its parent kills it earlier)
-
-
-@dataclass(frozen=True)
-class _Written:
-    media_type: str
-
-
-@dataclass(frozen=True)
-class _Refused:
-    """The query's own error: ``not_acceptable`` (406) or pyoxigraph's refusal (``QueryFailed``, 400)."""
-
-    message: str
-    not_acceptable: bool = False
-
-
-@dataclass(frozen=True)
-class _Crashed:
-    message: str
-
-
-@dataclass(frozen=True)
-class _Release:
-    """Close the store of ``snapshot`` if it is the one open: its directory is being deleted."""
-
-    snapshot: str
-
-
-@dataclass
-class QueryOutput:
-    """A result written by a worker: the open file (positioned at its end, as ``spooled_response`` wants it; its
-    name is already unlinked) and its media type."""
-
-    file: IO[bytes]
-    media_type: str
-
-
-# --- the worker process ---------------------------------------------------------------------------------------
-
-
-def _serve(connection: Connection) -> None:
-    """A worker: evaluate each ``QueryTask`` received, answer, until the server's end of ``connection`` closes."""
-    # A query is the one thing here that may burn CPU for its whole budget: at nice 10 the kernel gives the server's
-    # own threads (uploads and their commits, /status, Spark) about ten times a worker's share when they compete, so
-    # heavy queries take the CPU that is left over
-    os.nice(NICE)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the server stops us
-    deadline: list[float | None] = [None]
-    threading.Thread(target=_watch, args=(deadline,), name="watch", daemon=True).start()
-    store: Store | None = None
-    opened = ""
-    while True:
-        try:
-            message = connection.recv()
-        except (EOFError, OSError):
-            return
-        if isinstance(message, _Release):
-            if message.snapshot == opened:
-                store, opened = None, ""  # the last reference: pyoxigraph closes it
-            continue
-        assert isinstance(message, QueryTask)
-        deadline[0] = time.monotonic() + message.seconds
-        try:
-            if message.snapshot != opened:
-                store, opened = None, ""  # closed before the next is opened: one store's memory at a time
-                store, opened = Store.read_only(message.snapshot), message.snapshot
-            assert store is not None
-            answer: _Written | _Refused | _Crashed = _evaluate(store, message)
-        except Exception as error:  # noqa: BLE001 - whatever it is, the parent answers it (500)
-            answer = _Crashed(f"{type(error).__name__}: {error}")
-        deadline[0] = None
-        try:
-            connection.send(answer)
-        except OSError:
-            return
-
-
-def _watch(deadline: list[float | None]) -> None:
-    """End this worker when the server process is gone (nobody will read its answer) or when its query is well past
-    its deadline (the server failed to kill it)."""
-    parent = multiprocessing.parent_process()
-    while True:
-        if parent is not None and wait_for([parent.sentinel], timeout=1.0):
-            os._exit(1)
-        if parent is None:
-            time.sleep(1.0)
-        limit = deadline[0]
-        if limit is not None and time.monotonic() > limit + WORKER_GRACE:
-            os._exit(1)
-
-
-def _evaluate(store: Store, task: QueryTask) -> _Written | _Refused:
-    default_graph = None if task.default_graph is None else [NamedNode(iri) for iri in task.default_graph]
-    named_graphs = None if task.named_graphs is None else [NamedNode(iri) for iri in task.named_graphs]
-    try:
-        result = plain.run(store, task.text, base_iri=task.base_iri, default_graph=default_graph,
-                           named_graphs=named_graphs)
-        kind = "graph" if isinstance(result, QueryTriples) else "solutions"
-        chosen = task.formats[kind]
-        if isinstance(chosen, str):
-            return _Refused(chosen, not_acceptable=True)
-        media_type, format_type = chosen
-        rdf_format = (RdfFormat.from_media_type(format_type) if kind == "graph"
-                      else QueryResultsFormat.from_media_type(format_type))
-        with open(task.output, "wb") as output:
-            plain.write(result, output, rdf_format)
-    except QueryFailed as error:
-        return _Refused(error.message)
-    return _Written(media_type)
-
-
-# --- snapshots ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Snapshot:
-    path: Path
-    users: int = 0
-    ready: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-
-
-class Snapshots:
-    """The read-only copies of the dataset's revisions that workers read, in ``directory`` (emptied at start: what a
-    crash left). ``make(ordinal, path)`` writes one (``RevisionedDataset.snapshot``); ``head()`` is the dataset's
-    HEAD. A snapshot is made when a query first needs its revision, shared by the queries of that revision, and
-    deleted once none uses it and it is not of HEAD (``on_delete`` is told first)."""
-
-    def __init__(self, directory: Path, make: Callable[[int, Path], None], head: Callable[[], int]) -> None:
-        self.directory = directory
-        shutil.rmtree(directory, ignore_errors=True)
-        directory.mkdir(parents=True)
-        self._make = make
-        self._head = head
-        self._entries: dict[int, _Snapshot] = {}
-        self._lock = threading.Lock()
-        self._names = itertools.count(1)  # a new directory each time: a worker never mistakes one for another
-        self.on_delete: list[Callable[[Path], None]] = []
-        self.made = 0
-        self.make_seconds = 0.0
-
-    @contextlib.contextmanager
-    def use(self, ordinal: int) -> Iterator[Path]:
-        """The snapshot of revision ``ordinal`` (made now if there is none), kept while the block runs."""
-        entry = self._acquire(ordinal)
-        try:
-            yield entry.path
-        finally:
-            self._release(entry)
-
-    def _acquire(self, ordinal: int) -> _Snapshot:
-        with self._lock:
-            entry = self._entries.get(ordinal)
-            maker = entry is None
-            if entry is None:
-                entry = self._entries[ordinal] = _Snapshot(self.directory / f"r{ordinal}-{next(self._names)}")
-            entry.users += 1
-        if maker:
-            started = time.perf_counter()
-            try:
-                self._make(ordinal, entry.path)
-            except BaseException as error:
-                entry.error = error
-                with self._lock:
-                    if self._entries.get(ordinal) is entry:
-                        del self._entries[ordinal]  # the next query tries again
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                with self._lock:
-                    self.made += 1
-                    self.make_seconds += time.perf_counter() - started
-            entry.ready.set()
-        else:
-            entry.ready.wait()
-        if entry.error is not None:
-            with self._lock:
-                entry.users -= 1
-            raise entry.error
-        return entry
-
-    def _release(self, entry: _Snapshot) -> None:
-        head = self._head()
-        with self._lock:
-            entry.users -= 1
-            stale = [(ordinal, found) for ordinal, found in self._entries.items()
-                     if found.users == 0 and found.ready.is_set() and ordinal != head]
-            for ordinal, _ in stale:
-                del self._entries[ordinal]
-        for _, found in stale:
-            for listener in self.on_delete:
-                listener(found.path)
-            shutil.rmtree(found.path, ignore_errors=True)
-
-    def status(self) -> dict[str, Any]:
-        with self._lock:
-            return {"snapshots": len(self._entries), "snapshots_made": self.made,
-                    "snapshot_seconds": round(self.make_seconds, 3)}
-
-    def close(self) -> None:
-        with self._lock:
-            self._entries.clear()
-        shutil.rmtree(self.directory, ignore_errors=True)
-
-
 # --- the pool -------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class QueryLimits:
-    """``concentrator serve``'s query flags. ``processes`` 0: no workers, every query is evaluated in the request's
-    thread (then only the writing of its result can be stopped); ``in_flight``: queries admitted at once (running or
-    waiting), None: no bound but the others."""
-
-    timeout: float = DEFAULT_TIMEOUT
-    processes: int = 0
-    per_client: int = DEFAULT_PER_CLIENT
-    queue: int = DEFAULT_QUEUE
-    in_flight: int | None = None
 
 
 @dataclass(eq=False)
@@ -396,7 +95,7 @@ class _Worker:
 
     def __init__(self, number: int) -> None:
         ours, theirs = _CONTEXT.Pipe()
-        self.process = _CONTEXT.Process(target=_serve, args=(theirs,), name=f"query-worker-{number}", daemon=True)
+        self.process = _CONTEXT.Process(target=serve, args=(theirs,), name=f"query-worker-{number}", daemon=True)
         self.process.start()
         theirs.close()  # the worker holds the only other end: it sees the end of input when this process dies
         self.connection = ours
@@ -438,7 +137,7 @@ class QueryPool:
             raise ValueError("query processes need a snapshot directory and a spool directory")
         if self.limits.processes:
             # the fork server imports this module (pyoxigraph with it) once; each worker is a fork of it
-            _CONTEXT.set_forkserver_preload(["engine.workers"])
+            _CONTEXT.set_forkserver_preload(["engine.query_process"])
         if snapshots is not None:
             snapshots.on_delete.append(self._release_snapshot)
         self._cond = threading.Condition()
@@ -516,13 +215,13 @@ class QueryPool:
             try:
                 answer = self._run(worker, replace(task, snapshot=str(snapshot), output=str(output),
                                                    seconds=max(0.0, budget.remaining())), budget, gone)
-                if isinstance(answer, _Written):
+                if isinstance(answer, Written):
                     written = output.open("rb")
                     written.seek(0, os.SEEK_END)
                     return QueryOutput(written, answer.media_type)
             finally:
                 output.unlink(missing_ok=True)  # an open file stays readable
-        if isinstance(answer, _Refused):
+        if isinstance(answer, Refused):
             raise ResultNotAcceptable(answer.message) if answer.not_acceptable else QueryFailed(answer.message)
         raise QueryProcessFailed(f"the query's worker process failed: {answer.message}")
 
@@ -645,7 +344,7 @@ class QueryPool:
         return worker
 
     def _run(self, worker: _Worker, task: QueryTask, budget: Budget, gone: Callable[[], bool]
-             ) -> _Written | _Refused | _Crashed:
+             ) -> Written | Refused | Crashed:
         """Send ``task`` to ``worker`` and wait for its answer; kill the worker past the budget or when the client
         is gone. The worker goes back to the idle ones after an answer."""
         try:
@@ -656,7 +355,7 @@ class QueryPool:
                                  timeout=max(0.0, min(POLL_SECONDS, budget.remaining())))
                 if worker.connection in ready:
                     answer = worker.connection.recv()
-                    assert isinstance(answer, _Written | _Refused | _Crashed)
+                    assert isinstance(answer, Written | Refused | Crashed)
                     break
                 if ready:  # the process ended without an answer
                     raise EOFError
@@ -716,7 +415,7 @@ class QueryPool:
             for worker in self._idle:
                 if worker.snapshot == str(path):
                     with contextlib.suppress(OSError):
-                        worker.connection.send(_Release(str(path)))
+                        worker.connection.send(Release(str(path)))
                     worker.snapshot = ""
 
     def status(self) -> dict[str, Any]:
@@ -724,7 +423,7 @@ class QueryPool:
         with self._cond:
             found: dict[str, Any] = {
                 "queued": len(self._line), "refused": dict(self.refused),
-                "processes": len(self._idle) + len(self._busy), "process_ids": sorted(w.pid for w in self._all),
+                "processes": len(self._idle) + len(self._busy), "busy": len(self._busy), "process_ids": sorted(w.pid for w in self._all),
                 "clients_running": len(self._running_of),
                 "processes_started": self.started, "processes_killed": self.killed,
                 "limits": {"timeout_seconds": self.limits.timeout, "processes": self.limits.processes,
@@ -756,3 +455,4 @@ def _retry_after(deadlines: list[float]) -> str:
     if not deadlines:
         return "1"
     return str(max(1, math.ceil(min(deadlines) - time.monotonic())))
+

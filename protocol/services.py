@@ -21,9 +21,11 @@ from delivery.fanout import Fanout
 from delivery.publications import PublicationRegistry
 from delivery.results import SharedResults
 from delivery.subscriptions import Registrations
+from engine.budget import DEFAULT_PROCESSES, QueryLimits, in_flight_bound
 from engine.errors import EvaluationStopped, QueryBudgetExceeded
 from engine.evaluation import ExtendedEvaluator, HttpSession
-from engine.workers import DEFAULT_PROCESSES, QueryLimits, QueryPool, Snapshots, in_flight_bound
+from engine.snapshots import Snapshots
+from engine.workers import QueryPool
 from rules.event_rules import EventRules
 from rules.registry import RuleRegistry
 from store import RevisionedDataset

@@ -14,9 +14,10 @@ from pyoxigraph import NamedNode, QueryResultsFormat, QueryTriples, RdfFormat, S
 from werkzeug.datastructures import MultiDict
 
 from engine import plain
+from engine.budget import Budget
 from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.query_process import QueryTask
 from engine.results import ConstructedQuads, ConstructedTriples
-from engine.workers import Budget, QueryTask
 from protocol.access import READ, Need, ParsedRequest, client_name, ensure_write, needs
 from protocol.bodies import text_body
 from protocol.errors import BadRequest, MethodNotAllowed, NotAcceptable, UnsupportedMediaType
@@ -257,7 +258,7 @@ def result_format(form: ResultForm, accept: str | None) -> tuple[str, QueryResul
 
 def worker_formats(accept: str | None) -> dict[str, tuple[str, str] | str]:
     """``result_format`` for each form a plain query may give, as a query process is told it
-    (``engine.workers.QueryTask.formats``): the media type and the canonical media type of pyoxigraph's format, or
+    (``engine.query_process.QueryTask.formats``): the media type and the canonical media type of pyoxigraph's format, or
     the 406 message."""
     chosen: dict[str, tuple[str, str] | str] = {}
     for form in ("solutions", "graph"):

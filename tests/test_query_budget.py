@@ -5,6 +5,7 @@ busy; and the answers of the worker processes are those of the request thread, b
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -19,8 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from pyoxigraph import QueryResultsFormat, RdfFormat
 
 from conformance.server import RunningServer, running_server
+from engine.budget import Budget, QueryLimits
 from engine.errors import ClientQueryLimit, QueryBudgetExceeded, QueryQueueFull
-from engine.workers import Budget, QueryLimits, QueryPool, Snapshots
+from engine.snapshots import Snapshots
+from engine.workers import QueryPool
 from protocol import ServerConfig, create_app
 from protocol.negotiation import GRAPH_FORMATS, RESULTS_FORMATS
 from protocol.services import services_of
@@ -312,7 +315,7 @@ def test_a_client_over_its_limit_gets_429_while_status_answers(server: RunningSe
 def test_status_answers_while_every_query_process_is_busy(server: RunningServer) -> None:
     held = [_send(server, HEAVY, 60, source) for source in ("127.0.0.1", "127.0.0.2")]
     try:
-        _wait_for(lambda: _queries(server)["running"] == 2, "the two queries did not start")
+        _wait_for(lambda: _queries(server)["busy"] == 2, "the two queries did not start in their processes")
         started = time.monotonic()
         status = requests.get(server.url + "/status", timeout=5)
         assert status.status_code == 200 and time.monotonic() - started < 2.0
@@ -329,11 +332,16 @@ def test_status_answers_while_every_query_process_is_busy(server: RunningServer)
 
 
 def _http_status(sock: socket.socket) -> bytes:
-    """The answer on ``sock`` (read until the server closes it or 5 s pass)."""
+    """The answer on ``sock``: its head and its body of ``Content-Length`` bytes (or what came before the server
+    closed the connection, or 5 s passed)."""
     sock.settimeout(5)
     answer = b""
     with sock:
-        while not answer.endswith(b"\n") or b"\r\n\r\n" not in answer:
+        while True:
+            head, _, body = answer.partition(b"\r\n\r\n")
+            length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+            if _ and length is not None and len(body) >= int(length.group(1)):
+                break
             chunk = sock.recv(65536)
             if not chunk:
                 break

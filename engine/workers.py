@@ -423,7 +423,8 @@ class QueryPool:
         with self._cond:
             found: dict[str, Any] = {
                 "queued": len(self._line), "refused": dict(self.refused),
-                "processes": len(self._idle) + len(self._busy), "busy": len(self._busy), "process_ids": sorted(w.pid for w in self._all),
+                "processes": len(self._idle) + len(self._busy), "busy": len(self._busy),
+                "process_ids": sorted(w.pid for w in self._all),
                 "clients_running": len(self._running_of),
                 "processes_started": self.started, "processes_killed": self.killed,
                 "limits": {"timeout_seconds": self.limits.timeout, "processes": self.limits.processes,

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.server import process_tree as process_tree  # the benchmarks take it from here
+
 THREAD_NAMES_SHIM = Path(__file__).resolve().parent / "threadnames"
 TICK = 1.0 / os.sysconf("SC_CLK_TCK")
 
@@ -68,28 +70,6 @@ def thread_naming_env(directory: Path) -> dict[str, str]:
     path = os.environ.get("PYTHONPATH")
     return {"BENCH_THREAD_NAMES": str(directory),
             "PYTHONPATH": os.pathsep.join([str(THREAD_NAMES_SHIM), *([path] if path else [])])}
-
-
-def _children() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stat = Path(entry.path, "stat").read_text()
-            except OSError:
-                continue  # gone meanwhile
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
-    return children
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and all its descendants (pids)."""
-    children, tree, todo = _children(), [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(children.get(pid, []))
-    return tree
 
 
 def _cpu_seconds(stat_path: str) -> float | None:

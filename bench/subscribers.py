@@ -74,6 +74,7 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError
 
+from bench.cpu import TICK
 from bench.harness import (
     Measurement,
     Panel,
@@ -87,7 +88,7 @@ from bench.harness import (
     write_json,
     write_plots,
 )
-from conformance.server import REPO_ROOT, running_server, tail
+from conformance.server import REPO_ROOT, children_of, process_tree, running_server, tail
 
 BENCH_NAME = "subscribers"
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
@@ -304,29 +305,6 @@ def deliveries_ms(commits: Mapping[tuple[int, int], float],
 
 # --- the server's processes (/proc) -------------------------------------------------------------------------------
 
-CLOCK_TICK = 1.0 / os.sysconf("SC_CLK_TCK")
-
-
-def _children() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    return children
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and every process under it."""
-    children, tree, frontier = _children(), [], [pid]
-    while frontier:
-        current = frontier.pop()
-        tree.append(current)
-        frontier.extend(children.get(current, []))
-    return tree
 
 
 def _read(path: str) -> str:
@@ -350,7 +328,7 @@ def cpu_seconds(pid: int) -> float:
     if not stat:
         return 0.0
     fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * CLOCK_TICK
+    return (int(fields[11]) + int(fields[12])) * TICK
 
 
 def server_memory(pid: int) -> dict[str, float]:
@@ -358,7 +336,7 @@ def server_memory(pid: int) -> dict[str, float]:
     line), the JVM (Spark), the rest (master, framing processes, Spark's Python workers)."""
     tree = process_tree(pid)
     master_cmd = _read(f"/proc/{pid}/cmdline")
-    children = _children().get(pid, [])
+    children = children_of().get(pid, [])
     worker = next((p for p in children if _read(f"/proc/{p}/cmdline") == master_cmd), None)
     rss = {p: rss_bytes(p) for p in tree}
     jvm = sum(v for p, v in rss.items() if _read(f"/proc/{p}/comm").strip() == "java")

@@ -105,8 +105,8 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process and all its descendants (gunicorn's worker, Spark's JVM and Python workers): a crash."""
+def children_of() -> dict[int, list[int]]:
+    """Every process's children, by parent pid (read from /proc)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -115,12 +115,22 @@ def kill_tree(pid: int) -> None:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry.name))
-    tree, frontier = [], [pid]
+    return children
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process under it."""
+    children, tree, frontier = children_of(), [], [pid]
     while frontier:
         current = frontier.pop()
         tree.append(current)
         frontier.extend(children.get(current, []))
-    for member in tree:
+    return tree
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and all its descendants (gunicorn's worker, Spark's JVM and Python workers): a crash."""
+    for member in process_tree(pid):
         try:
             os.kill(member, signal.SIGKILL)
         except ProcessLookupError:

@@ -17,20 +17,14 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Message, Request
 
 from conformance.server import RunningServer
+from tests.test_continuous import element
 
 pytestmark = pytest.mark.jvm  # windows complete in the Spark pipeline
 
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
-XSD_DT = "http://www.w3.org/2001/XMLSchema#dateTime"
 TRIG = {"Content-Type": "application/trig"}
 SUBSCRIBERS = 40  # more than the server's 16 request threads
 NAMES = f"SELECT ?g WHERE {{ ?g <{PROV}> ?t }}"
-
-
-def element(name: str, seconds: float) -> str:
-    stamp = f"2016-06-20T10:00:{int(seconds):02d}.{round(seconds % 1 * 1000):03d}Z"
-    return (f'<http://ex/{name}> <{PROV}> "{stamp}"^^<{XSD_DT}> .\n'
-            f'<http://ex/{name}> {{ <http://ex/{name}> <http://ex/v> 1 . }}\n')
 
 
 @pytest.fixture(scope="module")

@@ -226,8 +226,8 @@ def continuous_plan(stream: Stream, windows: str, query: str | None, websocket: 
     own = partial(windows_items, stream, sequence, start.index, last, produce)
     if resumed is None and last is None and stateless(spec):
         # what a window gives cannot differ between these subscribers: one feed, one evaluation per window
-        feed = _SharedWindows(stream, sequence, start.index, producer(
-            stream, query, evaluator, request.base_url, spec, media_type, services().window_results))
+        # (one producer serves: the shared feed under the fan-out, ``own`` under a server without it)
+        feed = _SharedWindows(stream, sequence, start.index, produce)
         key = (stream.config.name, sequence.id, query, request.base_url, media_type, spec)
         return Plan(Subscription(stream, sequence.id, registration, packager, opening, start.index, last,
                                  feed.steps, key, feed.position), headers, packager, own)

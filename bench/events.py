@@ -31,6 +31,7 @@ from typing import Any
 from pyoxigraph import NamedNode, RdfFormat, Store
 
 from bench.harness import replot, scaling_plot, write_json, write_plots
+from concentrator.compose import open_services
 from protocol.services import ServerConfig, Services
 from rules.event_rules import EventRuleWorker
 from rules.event_spec import event_rule_spec
@@ -143,7 +144,7 @@ def measure_case(services: Services, stream: Stream, steps: int, size: int, meas
 
 
 def run(sizes: list[int], measured: int, keys: int, naive_seconds: float, directory: Path) -> list[dict[str, Any]]:
-    services = Services.open(ServerConfig(directory / "data", in_memory=True))
+    services = open_services(ServerConfig(directory / "data", in_memory=True))
     try:
         stream, _ = services.streams.put(StreamConfig("prices"))
         feed(stream, max(sizes) + measured, keys, seed=18)

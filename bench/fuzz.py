@@ -2,8 +2,8 @@
 
 Every target is a property over one input: the parser (or the server) either accepts it or refuses it with a 4xx
 and a message; nothing else (no other exception, no 5xx, no hang). Inputs come from hypothesis strategies: valid
-texts built from the grammar (DESIGN §2) or taken from the test suite and the examples, then mutated (characters
-inserted, deleted, replaced, slices duplicated), plus arbitrary text.
+texts built from the grammar (docs/streams.md, docs/extended-sparql.md) or taken from the test suite and the
+examples, then mutated (characters inserted, deleted, replaced, slices duplicated), plus arbitrary text.
 
 ``tests/test_fuzz.py`` runs these properties with a few examples each as part of the suite; this module runs them
 longer, counts inputs and failures per target, prints a table and writes ``bench/results/fuzz.json``::
@@ -338,10 +338,11 @@ class Server:
     """The real Flask app (in-memory store) behind a test client, with a few helpers."""
 
     def __init__(self, data_dir: Path) -> None:
-        from protocol import ServerConfig, create_app
+        from concentrator.compose import http_app
+        from protocol import ServerConfig
 
         # queries in this process (query_processes=0): a crash of pyoxigraph's would be this process's, and seen
-        self.app = create_app(ServerConfig(data_dir, in_memory=True, max_body_bytes=1_000_000, query_processes=0))
+        self.app = http_app(ServerConfig(data_dir, in_memory=True, max_body_bytes=1_000_000, query_processes=0))
         self.app.config["PROPAGATE_EXCEPTIONS"] = True  # an unhandled exception (a 500) surfaces with its traceback
         self.client = self.app.test_client()
         self.counter = 0

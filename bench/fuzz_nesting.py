@@ -45,14 +45,15 @@ def _serve(connection: Connection) -> None:
 
     from pyoxigraph import QueryResultsFormat, RdfFormat, parse_query_results
 
+    from concentrator.compose import http_app
     from connectors.ldes_pages import load
     from connectors.messages import MessageSettings, element_of_message
-    from protocol import ServerConfig, create_app
+    from protocol import ServerConfig
     from sparql_ext.errors import ConcentratorError
     from store.limits import check_nesting
 
     # queries in this process (query_processes=0): a parser that crashed would crash it, which is what is watched
-    app = create_app(ServerConfig(Path(tempfile.mkdtemp(prefix="fuzz-nesting-")) / "data", in_memory=True,
+    app = http_app(ServerConfig(Path(tempfile.mkdtemp(prefix="fuzz-nesting-")) / "data", in_memory=True,
                                   framing_processes=0, query_processes=0))
     client = app.test_client()
     client.put(GRAPH, data="<http://ex/s> <http://ex/p> 1 .", content_type="text/turtle")

@@ -8,8 +8,9 @@ patient's heart-rate window completes: ``ExtendedEvaluator.for_rule`` with that 
 
 Baseline, in the same run: pyoxigraph alone evaluating the rule's plain SPARQL 1.1 equivalent (``PLAIN``: bench.rules'
 ``PLAIN_RULE``) for the same patient over one in-memory store holding the base data and every patient's two windows: the
-least a firing can cost, with no window to select. Both must give the same alert (DESIGN §3's worked case for every
-patient: history mean 70, deviation 0.1, midaged, low activity, threshold 123.9; readings 125 and 135 average 130).
+least a firing can cost, with no window to select. Both must give the same alert (the connected-patient worked case
+for every patient: history mean 70, deviation 0.1, midaged, low activity, threshold 123.9; readings 125 and 135
+average 130).
 
 Prints a table (median ms per firing over ``--firings`` patients, the first firing after the data changed apart:
 it fills the per-revision cache) and writes ``bench/results/patients.json`` and ``patients.png``.
@@ -31,10 +32,11 @@ from pyoxigraph import Literal, RdfFormat, Store
 
 from bench.harness import replot, scaling_plot, write_json, write_plots
 from bench.rules import PLAIN_RULE
-from engine.evaluation import QueryTarget
+from concentrator.compose import http_app
+from engine.context import QueryTarget
 from engine.results import ConstructedQuads
 from engine.selection import SelectedWindow
-from protocol import ServerConfig, create_app
+from protocol import ServerConfig
 from protocol.services import services_of
 
 HOST = "http://localhost"
@@ -57,7 +59,7 @@ def stream_id(kind: str, patient: int) -> str:
 
 
 def base_data(patients: int) -> str:
-    """The example's records (base.trig's shape) for ``patients`` patients, every one DESIGN §3's worked case."""
+    """The example's records (base.trig's shape) for ``patients`` patients, each the connected-patient worked case."""
     records, history = [PREFIXES], []
     for p in range(patients):
         records.append(f'lr:pat{p} a fhir:Patient ; fhir:Patient.birthDate "1950-03-14"^^xsd:date ;\n'
@@ -98,7 +100,7 @@ def element(kind: str, patient: int, minute: int, value: int) -> str:
 
 def concentrator_firings(patients: int, firings: int, directory: Path) -> dict[str, Any]:
     """The rule's firings on ``firings`` patients' heart-rate windows (ms each), the first one apart."""
-    app = create_app(ServerConfig(directory, in_memory=True))
+    app = http_app(ServerConfig(directory, in_memory=True))
     client = app.test_client()
     trig = {"Content-Type": "application/trig"}
     assert client.post("/store", data=base_data(patients).encode(), headers=trig).status_code in (200, 201, 204)

@@ -38,11 +38,13 @@ from typing import Any
 from flask import Flask
 
 from bench.harness import RESULTS_DIR, Measurement, bar_plot, print_table, replot, share_plot, write_json, write_plots
+from concentrator.compose import http_app
 from conformance.spark_cluster import standalone_cluster
-from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.context import QueryTarget
+from engine.evaluation import ExtendedEvaluator
 from engine.selection import SelectedWindow
 from pipeline.spark import SparkSettings, spark_session
-from protocol import ServerConfig, create_app
+from protocol import ServerConfig
 from protocol.services import services_of
 from rules.tasks import ExecutorPool, firing_task, ineligible_reason
 
@@ -89,7 +91,7 @@ START = datetime(2016, 6, 20, 10, tzinfo=UTC)
 def build_app(directory: Path, windows: int, size: int) -> Flask:
     """Static thresholds and ``windows`` × ``size`` readings (one per second; patient i's heart rate climbs with
     the window number, so about half the windows alert)."""
-    app = create_app(ServerConfig(directory, in_memory=True))
+    app = http_app(ServerConfig(directory, in_memory=True))
     client = app.test_client()
     static = " ".join(f"<http://ex/p{i}> <http://ex/threshold> {100 + i} ; <http://ex/stream> <{WINDOWED}> ."
                       for i in range(PATIENTS))

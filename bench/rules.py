@@ -102,7 +102,8 @@ from bench.harness import (
 )
 from bench.ingest import element_commits
 from conformance.server import RunningServer, running_server
-from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.context import EvaluationContext, QueryTarget
+from engine.evaluation import ExtendedEvaluator
 from engine.selection import revision_window
 from rules.registry import Rule, RuleRegistry
 from rules.tasks import PLACEMENTS
@@ -421,7 +422,7 @@ class InProcess:
         self.base = "http://localhost"
         self.dataset = RevisionedDataset(directory / "data")
         self.catalog = StreamCatalog(directory / "streams")
-        self.evaluator = ExtendedEvaluator(self.dataset, self.catalog, [])
+        self.evaluator = ExtendedEvaluator(EvaluationContext.for_requests(self.dataset, self.catalog, []))
         self.dataset.add(self.dataset.stage(io.BytesIO((EXAMPLE / "base.trig").read_bytes()), RdfFormat.TRIG))
         for name, alias in STREAMS.items():
             self.catalog.put(StreamConfig(name, aliases=[alias]))

@@ -1,15 +1,15 @@
 """Latency from appending an element line to the Spark pipeline's ``on_batch`` seeing it.
 
-The store appends (and fsyncs) each element's content and record to the segments of ``<root>/<stream>/log/``
-(``store.element_log``); the ``element_log`` source picks it up in the next micro-batch (trigger 0: as soon as the
-previous one is done). Elements are accepted by a real ``Stream`` one at a time at a fixed rate, and each one's
-latency is measured from its commit (``Stream.flush`` returned: durable and indexed) to the moment ``on_batch`` has
-collected it (same process, ``time.perf_counter``).
+The store appends (and fsyncs) each element's content and record to the stream's element log; the ``element_log``
+source picks it up in the next micro-batch (trigger 0: as soon as the previous one is done). Elements are accepted by
+a real ``Stream`` one at a time at a fixed rate, and each one's latency is measured from its commit (``Stream.flush``
+returned: durable and indexed) to the moment ``on_batch`` has collected it (same process, ``time.perf_counter``).
 
 Runs, each on a fresh stream root and checkpoint:
 
 1. **baseline** — a plain Python thread polling the log every 10 ms (Spark's idle polling delay) and
-   parsing new complete lines: the floor any file-fed pipeline has.
+   reading its new complete records (``store.log_reading``, as the source reads them): the floor any file-fed
+   pipeline has.
 2. **spark** — ``start_element_pipeline`` with ``on_batch`` = collect the batch.
 3. **spark+assign** — the same, with ``on_batch`` = window assignment (5 s windows sliding by 1 s) + collect.
 
@@ -29,15 +29,17 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 from pyoxigraph import Literal, NamedNode, Quad
 
 from bench.harness import bar_plot, replot, summary_plot, write_json, write_plots
+from sparql_ext.window_data import AssignmentRow
 from store.durable import now_micros
 from store.elements import ParsedElement
+from store.log_reading import log_directory, log_end, read_records
 from store.stream import StreamConfig
 from store.streams import StreamCatalog
 
@@ -45,18 +47,8 @@ T0 = 1_466_416_800_000_000  # 2016-06-20T10:00:00Z, µs
 STREAM = "bench"
 
 
-@dataclass(frozen=True)
-class Spec:
-    """A forward sliding window sequence (the fields ``pipeline.assignment`` reads)."""
-
-    kind: str = "time"
-    backward: bool = False
-    origin: int = T0
-    width: int = 5_000_000
-    step: int = 1_000_000
-    step_kind: str = "time"
-    first: int = 0
-    count: int | None = None
+#: A forward sliding window sequence (5 s windows every 1 s from T0), as the batch job reads it.
+SLIDING = AssignmentRow("time", True, 0, T0, 5_000_000, 1_000_000, 0, None)
 
 
 class Appender:
@@ -149,22 +141,18 @@ def measure(name: str, root: Path, start: Callable[[Seen], Callable[[], None]], 
 
 
 def tail_poller(root: Path, seen: Seen, interval: float = 0.01) -> Callable[[], None]:
-    """Baseline: poll the log's segments for new complete record lines every ``interval`` seconds."""
+    """Baseline: poll the log for new complete records every ``interval`` seconds."""
     done = threading.Event()
-    directory = root / STREAM / "log"
+    directory = log_directory(root, STREAM)
 
     def loop() -> None:
-        offsets: dict[Path, int] = {}
+        position = 0
         while not done.is_set():
-            for path in sorted(directory.glob("*.jsonl")):
-                with open(path, "rb") as f:
-                    f.seek(offsets.get(path, 0))
-                    data = f.read()
-                cut = data.rfind(b"\n") + 1
-                if cut:
-                    offsets[path] = offsets.get(path, 0) + cut
-                    records = (json.loads(line) for line in data[:cut].splitlines() if line.strip())
-                    seen.add([record["o"] for record in records if "o" in record])
+            end = log_end(directory, position)
+            for batch in read_records(STREAM, directory, position, end):
+                elements = batch.filter(pc.equal(batch.column("kind"), "element"))
+                seen.add(elements.column("ordinal").to_pylist())
+            position = end
             time.sleep(interval)
 
     thread = threading.Thread(target=loop, daemon=True)
@@ -241,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
             def start(seen: Seen) -> Callable[[], None]:
                 def on_batch(df: Any, batch_id: int) -> None:
                     if assign:
-                        rows = assign_windows(df, [("s", STREAM, Spec())]).select("ordinal").collect()
+                        rows = assign_windows(df, [("s", STREAM, SLIDING)]).select("ordinal").collect()
                     else:
                         rows = df.where("kind = 'element'").select("ordinal").collect()
                     seen.add([r.ordinal for r in rows])

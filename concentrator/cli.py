@@ -185,6 +185,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", default=os.environ.get("CONCENTRATOR_TOKEN"),
                        help="writes need 'Authorization: Bearer TOKEN' (default: $CONCENTRATOR_TOKEN); required "
                             "when --host is not a loopback address")
+    serve.add_argument("--read-token", action="append", default=[], metavar="TOKEN",
+                       help="reads need 'Authorization: Bearer TOKEN' with this token or the write token (repeatable; "
+                            "also $CONCENTRATOR_READ_TOKEN); streams marked public=true stay open (docs/access.md)")
+    serve.add_argument("--public", action="store_true",
+                       help="reads are open to anyone, on purpose: needed, or a --read-token, when --host is not a "
+                            "loopback address")
+    serve.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
+                       help="an origin whose pages may call this server from a browser, e.g. https://yasgui.example "
+                            "(repeatable; '*' for any, never with credentials); default: none")
     serve.add_argument("--read-only", action="store_true", help="refuse every write (403)")
     serve.add_argument("--rate-limit", type=float, default=None,
                        help="requests per second per client address; beyond it 429 (default: no limit)")
@@ -229,6 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="elements per request; a dropped connection re-sends at most one batch (default 1000)")
     send.add_argument("--give-up", type=_seconds, default=120.0, metavar="SECONDS",
                       help="how long to wait for a server that went away before failing (default 120)")
+    register = commands.add_parser("register", help="register an RSP-QL or C-SPARQL query file (docs/rsp-ql.md)")
+    register.add_argument("file", type=Path, help="the registration (.rspql, .csparql)")
+    register.add_argument("url", help="the server (the query is named after the file) or the query's URL "
+                          "(…/queries/NAME)")
+    register.add_argument("--report", help="report policy (default window-close,non-empty-content)")
+    register.add_argument("--operator", help="rstream, istream or dstream (default: the text's, else rstream)")
+    register.add_argument("--t0", help="an xsd:dateTime where the first window starts (default: the epoch's grid)")
+    register.add_argument("--token", default=os.environ.get("CONCENTRATOR_TOKEN"),
+                          help="the write token (default: $CONCENTRATOR_TOKEN)")
     replay = commands.add_parser("replay", help="run recorded streams through rules on Spark and write the outputs")
     replay.add_argument("files", type=Path, nargs="+", metavar="FILE",
                         help="a recorded stream (TriG / N-Quads with timestamps); the stream is named by its stem")
@@ -468,6 +486,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"concentrator serve: --host {args.host} is reachable from other machines: give a write token "
                   "(--token or $CONCENTRATOR_TOKEN), or bind to 127.0.0.1", file=sys.stderr)
             return 2
+        read_tokens = tuple(args.read_token) + tuple(
+            token for token in [os.environ.get("CONCENTRATOR_READ_TOKEN")] if token and not args.read_token)
+        if args.public and read_tokens:
+            print("concentrator serve: --public opens every read, --read-token protects them: give one of them",
+                  file=sys.stderr)
+            return 2
+        if not (read_tokens or args.public) and not _is_loopback(args.host):
+            print(f"concentrator serve: --host {args.host} is reachable from other machines: give a read token "
+                  "(--read-token or $CONCENTRATOR_READ_TOKEN), or --public to let anyone read", file=sys.stderr)
+            return 2
         unavailable = address_unavailable(args.host, args.port)
         if unavailable is not None:
             print(f"concentrator serve: cannot listen on {args.host}:{args.port}: {unavailable}", file=sys.stderr)
@@ -478,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
                               sequences_per_client=args.sequences_per_client,
                               query_timeout=args.query_timeout, query_processes=args.query_processes,
                               queries_per_client=args.queries_per_client, query_queue=args.query_queue,
-                              request_threads=args.threads,
+                              request_threads=args.threads, read_tokens=read_tokens, public=args.public,
+                              cors_origins=tuple(args.cors),
                               base_urls=own_base_urls(args.host, args.port),
                               service_allow=service_allowlist(args.service_allow, args.host, args.port))
         master = None if args.no_pipeline else args.spark_master
@@ -493,4 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_replay(args)
     elif args.command == "upload":
         return run_upload(args)
+    elif args.command == "register":
+        from concentrator.register import run_register
+        return run_register(args)
     return 0

@@ -10,15 +10,30 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
+import requests
+from flask import Flask
+
+from connectors import ldes, mqtt_in
 from connectors.broker import Broker as Broker  # re-exported: the CLI names it
 from connectors.broker import parse_broker
 from connectors.hub import MqttConnector
 from connectors.ldes import LdesFollowers
-from protocol.services import Connectors, ServerConfig, Services
+from delivery.fanout import Fanout
+from delivery.subscriptions import Registrations
+from engine.context import EvaluationContext
+from engine.evaluation import ExtendedEvaluator
+from engine.remote import HttpSession
+from protocol.app import create_app
+from protocol.services import MqttService, QueryStats, ServerConfig, Services, query_pool
+from rules.event_rules import EventRules
 from rules.firing import RuleRunner
+from rules.registry import RuleRegistry
 from rules.tasks import ExecutorPool, Placement
+from store import RevisionedDataset
+from store.canonical import FramingProcesses
+from store.streams import StreamCatalog
 
 if TYPE_CHECKING:
     from pipeline.batches import WindowPipeline
@@ -29,6 +44,31 @@ log = logging.getLogger(__name__)
 def mqtt_broker(url: str) -> Broker:
     """``serve --mqtt URL``: the broker (BrokerSettingInvalid when the URL is not one)."""
     return parse_broker(url)
+
+
+def open_services(config: ServerConfig, mqtt: Broker | None = None) -> Services:
+    """The dataset, the streams, the evaluator and the rules of ``config.data_dir``, without a pipeline; the stream
+    catalog takes a configuration once the connectors have checked their blocks (``mqtt``: the broker that MQTT
+    topics need, None: none). The one place ``Services`` is built (``assemble`` adds the pipeline, rule firing and the
+    connectors; tests use it alone)."""
+    dataset = RevisionedDataset(config.data_dir, in_memory=config.in_memory, retention=config.retention)
+    streams = StreamCatalog(config.data_dir / "streams", in_memory=config.in_memory)
+    allow = None if config.service_allow is None else frozenset(config.service_allow)
+    streams.checks += [lambda given: mqtt_in.check_settings(given, mqtt),
+                       lambda given: ldes.check_settings(given, allow)]
+    http = cast(HttpSession, requests.Session())  # what the evaluator uses of it (engine imports no HTTP library)
+    evaluator = ExtendedEvaluator(EvaluationContext.for_requests(dataset, streams, config.base_urls, http,
+                                                                 allow_hosts=allow))
+    rules = RuleRegistry(config.data_dir / "rules", evaluator)
+    registrations = Registrations()
+    return Services(dataset, streams, evaluator, rules, event_rules=EventRules(rules),
+                    framing=FramingProcesses(config.framing_processes), continuous=registrations,
+                    queries=QueryStats(pool=query_pool(config, dataset)), fanout=Fanout(registrations))
+
+
+def http_app(config: ServerConfig) -> Flask:
+    """The HTTP app over ``open_services(config)``: no pipeline, no MQTT (tests, benchmarks)."""
+    return create_app(config, open_services(config))
 
 
 @dataclass
@@ -90,7 +130,7 @@ def assemble(config: ServerConfig, *, spark_master: str | None, rules_dir: Path 
     """Open the services of ``config``, ``prepare`` them (replay: its streams and base data), load the rules
     directory, wire the pipeline (``spark_master`` None: no pipeline, repeating windows never complete) to rule
     firing, and the MQTT connector to ``mqtt`` (None: no MQTT)."""
-    opened = Services.open(config)
+    opened = open_services(config, mqtt)
     if prepare is not None:
         prepare(opened)
     errors = opened.rules.load_directory(rules_dir, base_url) if rules_dir is not None else []
@@ -116,9 +156,9 @@ def assemble(config: ServerConfig, *, spark_master: str | None, rules_dir: Path 
     if mqtt is not None:
         connector = MqttConnector(mqtt, config.data_dir, opened.streams, opened.evaluator, opened.window_results,
                                   opened.rules)
-        opened.connectors = Connectors(str(mqtt), connector.status, connector.publications)
+        opened.mqtt = MqttService(str(mqtt), connector.status, connector.publications)
     followers = LdesFollowers(opened.streams, None if config.service_allow is None else
                               frozenset(config.service_allow))
     opened.streams.on_change.append(followers.on_change)
-    opened.connector_status = lambda: {"ldes": followers.status()}
+    opened.ldes_followers_status = followers.status
     return Server(opened, runner, pipeline, followers, errors, connector, base_url)

@@ -128,8 +128,7 @@ def _punctuate(catalog, names: list[str]) -> None:  # type: ignore[no-untyped-de
     """Stream time past the end of every window that holds a recorded element: all of them complete."""
     for name in names:
         stream = catalog.get(name)
-        widest = max((s.spec.width + s.spec.step for s in stream.windows.sequences() if s.spec.kind == "time"),
-                     default=0)
+        widest = max((s.spec.window_kind.settle_span for s in stream.windows.sequences()), default=0)
         if stream.stream_time is None or widest == 0:
             continue  # no element, or only count / one-shot windows: nothing waits for stream time
         stream.punctuate(stream.stream_time + widest)

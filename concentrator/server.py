@@ -40,7 +40,8 @@ from gunicorn import http
 from gunicorn.app.base import BaseApplication
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
-from protocol import ServerConfig, create_app
+from concentrator.compose import http_app
+from protocol import ServerConfig
 from protocol.responses import RELEASE_SOCKET
 from protocol.services import services_of
 
@@ -377,7 +378,7 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
 
 
 def serve(config: ServerConfig, host: str, port: int, threads: int = 16, header_timeout: float = HEADER_TIMEOUT,
-          make_app: Callable[[ServerConfig], Any] = create_app, body_timeout: float = BODY_TIMEOUT) -> None:
+          make_app: Callable[[ServerConfig], Any] = http_app, body_timeout: float = BODY_TIMEOUT) -> None:
     worker = type("HeaderGateWorker", (HeaderGateWorker,), {"header_timeout": header_timeout,
                                                             "body_timeout": body_timeout})
     _Gunicorn(config, {

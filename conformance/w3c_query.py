@@ -43,7 +43,8 @@ from rdflib.term import Node
 
 from conformance import server, w3c
 from conformance.w3c import MF, ManifestError, TestResult, format_table, snippet, tests_dir
-from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.context import EvaluationContext, QueryTarget
+from engine.evaluation import ExtendedEvaluator
 from engine.results import ConstructedTriples
 from sparql_ext import QuerySyntaxError
 from store import RevisionedDataset
@@ -245,7 +246,8 @@ def run_test(endpoints: Endpoints, test: QueryTest) -> TestResult:
                 dataset.add(dataset.stage(path.read_bytes(), RDF_FORMATS[path.suffix], base_iri=path.as_uri(),
                                           to_graph=graph))
             # the evaluator has no HTTP address of its own: every SERVICE IRI of these tests is remote
-            evaluator = ExtendedEvaluator(dataset, catalog, [], session, http_timeout=w3c.REQUEST_TIMEOUT)
+            evaluator = ExtendedEvaluator(EvaluationContext.for_requests(
+                dataset, catalog, [], session, http_timeout=w3c.REQUEST_TIMEOUT))
             result = evaluator.query(text, QueryTarget(base_iri=test.query.as_uri()))
             problem = None if test.kind == "positive-syntax" else (
                 "expected a syntax error" if test.kind == "negative-syntax" else compare(result, test.result))

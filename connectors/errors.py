@@ -25,6 +25,25 @@ class PublicationNotFound(ConnectorError):
     status_hint = 404
 
 
+class LdesError(ConnectorError):
+    """What an LDES source serves cannot be followed (no view, no timestamp path, a member without a timestamp…): the
+    source's fault, not the request's."""
+
+    status_hint = 502
+
+
+class ConnectorSettingInvalid(ConnectorError):
+    """A stream's MQTT or LDES setting its connector cannot take (``PUT /streams/{name}``)."""
+
+    status_hint = 400
+
+
+class NoBroker(ConnectorError):
+    """``mqtt-topic`` on a server started without ``--mqtt``."""
+
+    status_hint = 409
+
+
 class BrokerSettingInvalid(ConnectorError):
     """``serve --mqtt URL``: not an mqtt:// or mqtts:// URL."""
 

@@ -60,7 +60,7 @@ class MqttConnector:
         self.publications.put(publication)
 
     def stream_changed(self, stream: Stream) -> None:
-        name, topics = stream.config.name, stream.config.mqtt_topics
+        name, topics = stream.config.name, list(stream.config.mqtt.topics)
         with self._lock:
             if not self._started:
                 return

@@ -35,18 +35,21 @@ from dataclasses import asdict, dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import requests
 from pyoxigraph import RdfFormat
 
-from connectors.ldes_pages import Context, LdesError, Page, context, find_view, load, read_page
-from engine.evaluation import host_allowed
+from connectors.errors import ConnectorSettingInvalid, LdesError
+from connectors.ldes_pages import Context, Page, context, find_view, load, read_page
+from engine.errors import ServiceNotAllowed
+from engine.remote import host_allowed
 from sparql_ext.errors import ConcentratorError
 from sparql_ext.windowing import format_micros
 from store.durable import now_micros, write_json
 from store.elements import ParsedElement
 from store.stream import Stream
+from store.stream_config import LdesConfig, StreamConfig
 from store.streams import StreamCatalog
 
 log = logging.getLogger(__name__)
@@ -105,7 +108,7 @@ class LdesFollower:
 
     def __init__(self, stream: Stream, catalog: StreamCatalog, allow_hosts: frozenset[str] | None) -> None:
         self.stream = stream
-        self.source = stream.config.ldes_source or ""
+        self.source = stream.config.ldes.source or ""
         self._catalog = catalog
         self._allow = allow_hosts
         self._path = stream.directory / STATE_FILE
@@ -120,7 +123,7 @@ class LdesFollower:
         self.phase = "starting"
         self.error: str | None = None
         self.last_run: int | None = None
-        self.timestamp_override = stream.config.ldes_timestamp_path
+        self.timestamp_override = stream.config.ldes.timestamp_path
         self._saved = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
@@ -159,7 +162,7 @@ class LdesFollower:
                 self.error = None
                 self._backoff = 1.0
                 self.phase = "polling"
-                self._wait(self.stream.config.ldes_poll)
+                self._wait(self.stream.config.ldes.poll)
             except _Stopped:
                 return
             except (ConcentratorError, requests.RequestException, OSError, ValueError) as error:
@@ -212,7 +215,7 @@ class LdesFollower:
             document = load(response.content, _format(response), response.url)
         root = response.url
         found = context(document, event_stream, root)
-        path = self.stream.config.ldes_timestamp_path or found.timestamp_path
+        path = self.stream.config.ldes.timestamp_path or found.timestamp_path
         if path is None:
             raise LdesError(f"the event stream <{event_stream}> has no ldes:timestampPath, so its members have no "
                             "order: give the stream an ldes-timestamp-path")
@@ -373,6 +376,26 @@ def _format(response: requests.Response) -> RdfFormat:
     return found
 
 
+def check_settings(config: StreamConfig, allow_hosts: frozenset[str] | None) -> None:
+    """A stream's LDES to follow, before the catalog takes it: an http(s) URL on a host the operator allows (as for
+    SERVICE: ``--service-allow``), polled between every 0.1 s and once a day; no other setting without a source."""
+    ldes, parts = config.ldes, urlsplit(config.ldes.source or "")
+    if ldes.source is None:
+        if (ldes.timestamp_path, ldes.poll) != (LdesConfig.timestamp_path, LdesConfig.poll):
+            raise ConnectorSettingInvalid("ldes-timestamp-path and ldes-poll apply to a stream that follows an LDES: "
+                                          "give ldes-source")
+        return
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConnectorSettingInvalid(f"ldes-source={ldes.source!r} is not an http(s) URL of an LDES (its view, or "
+                                      "its event stream)")
+    if not host_allowed(ldes.source, allow_hosts):
+        raise ServiceNotAllowed(f"ldes-source={ldes.source!r}: {parts.netloc} is not on this server's allowlist ("
+                                f"{', '.join(sorted(allow_hosts or ())) or 'empty'}); the operator adds hosts with "
+                                "--service-allow")
+    if not 0.1 <= ldes.poll <= 86_400:
+        raise ConnectorSettingInvalid(f"ldes-poll is {ldes.poll:g} s: poll between every 0.1 s (PT0.1S) and once a day")
+
+
 class LdesFollowers:
     """The followers of a server's streams: one per stream with ``ldes-source``, started, replaced and stopped as
     streams are configured (``StreamCatalog.on_change``)."""
@@ -395,13 +418,13 @@ class LdesFollowers:
     def on_change(self, stream: Stream) -> None:
         """A stream was created or reconfigured: follow its source, if any (afresh if the source changed)."""
         name = stream.config.name
-        wanted = stream.config.ldes_source
+        wanted = stream.config.ldes.source
         with self._lock:
             if not self._started:
                 return
             current = self._followers.get(name)
             if current is not None and current.stream is stream and current.source == wanted and \
-                    current.timestamp_override == stream.config.ldes_timestamp_path:
+                    current.timestamp_override == stream.config.ldes.timestamp_path:
                 return  # the same source: the poll interval is read afresh each time
             if current is not None:
                 del self._followers[name]

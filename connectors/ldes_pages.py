@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from pyoxigraph import BlankNode, DefaultGraph, Literal, NamedNode, Quad, RdfFormat, parse
 
+from connectors.errors import LdesError
 from sparql_ext.errors import ConcentratorError
 from store.elements import ParsedElement, parse_timestamp
 from store.errors import StoreError
@@ -36,12 +37,6 @@ TREE_RELATION = NamedNode(f"{TREE}relation")
 LOWER_BOUNDS = frozenset({f"{TREE}GreaterThanRelation", f"{TREE}GreaterThanOrEqualToRelation"})
 _DATETIME_TYPES = frozenset({"http://www.w3.org/2001/XMLSchema#dateTime",
                              "http://www.w3.org/2001/XMLSchema#dateTimeStamp"})
-
-
-class LdesError(ConcentratorError):
-    """What an LDES source serves cannot be followed (no view, no timestamp path, a member without a timestamp…)."""
-
-    status_hint = 502
 
 
 @dataclass(frozen=True)

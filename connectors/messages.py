@@ -28,7 +28,7 @@ from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad, RdfFormat, parse,
 from connectors.errors import MessageRejected, UnsupportedMessageFormat
 from store.elements import ParsedElement, parse_timestamp, single_element
 from store.errors import RdfSyntaxError
-from store.framing import ElementFramer
+from store.framing import one_element
 from store.limits import check_nesting, checked
 from store.stream_config import MESSAGE_FORMATS, StreamConfig
 from store.terms import named_node
@@ -50,7 +50,8 @@ class MessageSettings:
 
     @classmethod
     def of(cls, config: StreamConfig) -> MessageSettings:
-        return cls(config.timestamp_predicate, config.mqtt_format, config.timestamp_path, config.graph_template)
+        mqtt = config.mqtt
+        return cls(config.timestamp_predicate, mqtt.format, mqtt.timestamp_path, mqtt.graph_template)
 
     @property
     def template(self) -> str:
@@ -98,25 +99,18 @@ def element_of_message(payload: bytes, content_type: str | None, topic: str,
         except SyntaxError as error:
             raise RdfSyntaxError(f"the message is not JSON-LD: {error}") from None
         if any(not isinstance(q.graph_name, DefaultGraph) for q in quads):  # @id + @graph: a named graph element
-            return _framed(serialize(quads, format=RdfFormat.N_QUADS) or b"", RdfFormat.N_QUADS, settings)
+            return one_element(serialize(quads, format=RdfFormat.N_QUADS) or b"", RdfFormat.N_QUADS,
+                               settings.timestamp_predicate)
         graph = element_graph(settings.template, topic, payload)
         element = ParsedElement(graph, [Quad(q.subject, q.predicate, q.object, graph) for q in quads])
         return _stamped(element, settings)
     if rdf_format in (RdfFormat.TRIG, RdfFormat.N_QUADS):
-        return _framed(payload, rdf_format, settings)
+        return one_element(payload, rdf_format, settings.timestamp_predicate)
     graph = element_graph(settings.template, topic, payload)
     element = single_element(checked(payload, rdf_format.media_type), rdf_format, graph, None)  # (or too deep)
     if not element.quads:
         raise MessageRejected(f"the {media_type} message holds no triple: an element needs content")
     return _stamped(element, settings)
-
-
-def _framed(payload: bytes, rdf_format: RdfFormat, settings: MessageSettings) -> ParsedElement:
-    elements = list(ElementFramer(checked(payload, rdf_format.media_type), rdf_format, settings.timestamp_predicate))
-    if len(elements) != 1:
-        raise MessageRejected(f"a message is one element (a named graph and its timestamp triple); this one holds "
-                              f"{len(elements)}: publish one message per element")
-    return elements[0]
 
 
 def _stamped(element: ParsedElement, settings: MessageSettings) -> ParsedElement:

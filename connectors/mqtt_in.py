@@ -27,6 +27,7 @@ import mmap
 import os
 import re
 import threading
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,14 +39,16 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from connectors.broker import Broker, packet_properties
+from connectors.errors import ConnectorSettingInvalid, NoBroker
 from connectors.messages import MessageSettings, dead_letter, element_of_message
 from sparql_ext.errors import ConcentratorError
 from sparql_ext.windowing import format_micros
 from store.durable import now_micros, write_bytes
 from store.errors import DuplicateElement, StorageFailure
 from store.stream import Stream
-from store.stream_config import StreamConfig
-from store.streams import StreamCatalog
+from store.stream_config import MESSAGE_FORMATS, StreamConfig
+from store.streams import StreamCatalog, check_stream_name
+from store.terms import named_node
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,29 @@ KEEPALIVE_SECONDS = 30
 # Times the process may die while it parses one message before that message is a dead letter: the first death may
 # be a kill (a deployment, the OOM killer) that came while a good message was parsed.
 PARSING_DEATHS = 2
+
+
+def check_settings(config: StreamConfig, broker: Broker | None) -> None:
+    """A stream's MQTT block, before the catalog takes it (docs/connectors.md): topics need a broker (``serve
+    --mqtt``), messages without a content type a format a stream takes, the graph template a name per message, and
+    bad messages a dead-letter stream other than the stream itself."""
+    mqtt = config.mqtt
+    if mqtt.topics and broker is None:
+        raise NoBroker("mqtt-topic: this server has no MQTT broker: start it with serve --mqtt mqtt://HOST:PORT")
+    if mqtt.format not in MESSAGE_FORMATS:
+        raise ConnectorSettingInvalid(f"mqtt-format={mqtt.format!r}: use one of {', '.join(MESSAGE_FORMATS)}")
+    template = mqtt.graph_template
+    if template is not None:
+        named_node(template.replace("{topic}", "t").replace("{uuid}", str(uuid.uuid4())).replace("{digest}", "d"),
+                   "graph-template")
+        if "{uuid}" not in template and "{digest}" not in template:
+            raise ConnectorSettingInvalid(
+                f"graph-template={template!r}: put {{uuid}} (a fresh UUID per message) or {{digest}} (a UUID of the "
+                "topic and payload) in it: each element needs its own graph name")
+    if mqtt.dead_letter is not None:
+        check_stream_name(mqtt.dead_letter)
+        if mqtt.dead_letter == config.name:
+            raise ConnectorSettingInvalid("dead-letter: a stream cannot be its own dead-letter stream")
 
 
 @dataclass

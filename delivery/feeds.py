@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sparql_ext.reporting import ReportPolicy, ReportSpec, StreamOperator
-from sparql_ext.windowing import Window, WindowSpec, bind_origin, bounds, format_micros, window
+from sparql_ext.windowing import Window, WindowSpec, bind_origin, format_micros
 from sparql_ext.windowref import WindowRef
 from store.stream import Stream
 from store.windows import Sequence, WindowRevision
@@ -126,20 +126,10 @@ def windows_items(stream: Stream, sequence: Sequence, start: int, last: int | No
 def active_window(spec: WindowSpec, k: int, ordinal: int, at: int, index: Stream) -> tuple[int, Window | None]:
     """The oldest window of ``spec`` holding the element ``ordinal`` (time ``at``), searched from window ``k`` on
     (arrivals come in order, so the search only moves forward): ``(k, window)``, window None when no window holds
-    the element (before the first window, or in a gap between hopping windows). Its ``elements`` are all those of
-    the window known now; the caller keeps the ones arrived so far."""
-    while True:
-        window_bounds = bounds(spec, k, index)
-        if window_bounds is None:
-            return k, None  # t0 or a count step not known yet
-        start, end = window_bounds
-        position = ordinal if spec.kind == "count" else at
-        past = position > end if spec.kind == "count" or spec.backward else position >= end
-        if past:
-            k += 1
-            continue
-        before = position < start if spec.kind == "count" or not spec.backward else position <= start
-        return k, None if before else window(spec, k, index)
+    the element (before the first window, or in a gap between hopping windows) or its bounds are not known yet (t0
+    or a count step). Its ``elements`` are all those of the window known now; the caller keeps the ones arrived so
+    far."""
+    return spec.window_kind.locate(k, ordinal, at, index)
 
 
 def first_arrival(ref: WindowRef, stream: Stream) -> int:
@@ -187,7 +177,7 @@ def arrivals_items(stream: Stream, sequence: Sequence, first_ordinal: int, last:
         if last is not None and k > last:
             return
         if active is None:
-            if spec.origin is None and spec.kind == "time":
+            if spec.pending:
                 if not stream.wait_for(functools.partial(origin_bound, spec, stream), wait):
                     yield None
                 continue  # t0 not known yet: try this arrival again

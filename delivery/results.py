@@ -13,8 +13,11 @@ from typing import Any, Generic, TypeVar
 
 from pyoxigraph import NamedNode, QueryBoolean, QuerySolutions, QueryTriples, Store, serialize
 
-from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.context import QueryTarget
+from engine.errors import WindowNotComplete
+from engine.evaluation import ExtendedEvaluator
 from engine.results import ConstructedQuads, ConstructedTriples, solutions_from_rows
+from engine.selection import SelectedWindow
 from engine.syntax import checked_query
 from sparql_ext import THEN_FUNCTION
 from sparql_ext.reporting import Reporter, ReportPolicy, ReportSpec
@@ -81,7 +84,10 @@ def window_result(stream: Stream, ordinals: list[int], commit: int, query: str |
     window = stream.window_store(ordinals)
     if query is None:
         return WindowResult("quads", list(window))
-    result = evaluator.query(query, QueryTarget(window, None, None, commit, base_iri, None, stream))
+    return _as_window_result(evaluator.query(query, QueryTarget(window, None, None, commit, base_iri, None, stream)))
+
+
+def _as_window_result(result: Any) -> WindowResult:
     if isinstance(result, ConstructedQuads):
         return WindowResult("quads", list(result))
     if isinstance(result, ConstructedTriples):
@@ -122,18 +128,51 @@ def numbered(items: list[Any]) -> list[tuple[Any, int]]:
     return result
 
 
+@dataclass(frozen=True)
+class PinnedQuery:
+    """A registered continuous query (rules/queries.py): evaluated at the dataset with its first window's
+    (stream, ref) pinned to the window being delivered; its other windows read their own sequences' latest."""
+
+    query: str
+    base_iri: str
+    stream: str
+    ref: str
+    sequences: dict[tuple[str, str], str]
+
+
+def pinned_result(pinned: PinnedQuery, ordinals: list[int], commit: int, evaluator: ExtendedEvaluator
+                  ) -> WindowResult | None:
+    """A registered query's result for one window of its first window's sequence; None while one of its other
+    windows has no complete window yet (as a rule firing then waits)."""
+    firing = evaluator.for_rule([pinned.base_iri], {(pinned.stream, pinned.ref): SelectedWindow(ordinals, commit)},
+                                pinned.sequences)
+    try:
+        result = firing.query(pinned.query, QueryTarget(base_iri=pinned.base_iri))
+    except WindowNotComplete:
+        return None
+    return _as_window_result(result)
+
+
 def producer(stream: Stream, query: str | None, evaluator: ExtendedEvaluator, base_iri: str, spec: ReportSpec,
              media_type: str, shared: SharedResults[WindowResult] | None = None,
-             ) -> Callable[[list[int], int, int], bytes | None]:
+             pinned: PinnedQuery | None = None) -> Callable[[list[int], int, int], bytes | None]:
     """What each evaluation gives the client: ``produce(ordinals, commit, at)`` evaluates the query over those
     elements (a window, or with ``content-change`` the window active at an arrival) and passes its result, as a
     bag, through the report policy and the stream operator (RStream: the result; IStream: what is new since the
-    previous evaluation; DStream: what left it); ``at`` is the window's end or the arrival's time (µs)."""
+    previous evaluation; DStream: what left it); ``at`` is the window's end or the arrival's time (µs). With
+    ``pinned``, a registered query's result (``pinned_result``) instead of ``query`` over the window."""
     reporter = Reporter(spec)
 
     def produce(ordinals: list[int], commit: int, at: int) -> bytes | None:
         if ReportPolicy.NON_EMPTY_CONTENT in spec.policies and not ordinals:
             return None  # not evaluated, and not the previous window of the next one
+        if pinned is not None:
+            found = pinned_result(pinned, ordinals, commit, evaluator)
+            if found is None:
+                return None
+            kept = reporter.report(at, numbered(found.items), len(ordinals))
+            return None if kept is None else serialize_items(found.kind, [item for item, _ in kept], found.variables,
+                                                             media_type)
         def evaluate() -> WindowResult:
             return window_result(stream, ordinals, commit, query, evaluator, base_iri)
 

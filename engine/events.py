@@ -70,7 +70,8 @@ def filter_function(base: str | None) -> FilterFunction:
 
     def holds(event_filter: EventFilter, bindings: Mapping[str, Any], start: int, end: int) -> bool:
         substitutions = {Variable(name): bindings[name] for name in event_filter.variables if name in bindings}
-        solutions = empty.query(event_filter.query(start, end), substitutions=substitutions, base_iri=base)
+        text = event_filter.query(start, end, frozenset(v.value for v in substitutions))
+        solutions = empty.query(text, substitutions=substitutions, base_iri=base)
         return any(True for _ in solutions)  # type: ignore[union-attr]
     return holds
 

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from pyoxigraph import (
     BlankNode,
@@ -24,10 +26,41 @@ from pyoxigraph import (
 
 from engine.plain import watched
 from sparql_ext import QuadTemplate
+from sparql_ext.errors import ConcentratorError
 
 SKOLEM_PREFIX = "urn:x-concentrator:bnode:"
 Term = Any  # a pyoxigraph term: NamedNode | BlankNode | Literal | Triple
 Row = dict[str, Term]  # variable name (without '?') -> term; unbound variables are absent
+T = TypeVar("T")
+_EXPECTED = (ConcentratorError, OSError, RuntimeError, ValueError)  # raised on purpose, or pyoxigraph's messages
+
+
+def drained(result: Any, consume: Callable[[Any], T]) -> T:
+    """``consume(result)`` for a lazy pyoxigraph result (solutions, triples), which evaluates as it is read. An error
+    on the way leaves without the frames that hold ``result`` (``without_frames``): pass the result straight from
+    ``Store.query``, never through a local of the caller, whose frame the error would keep."""
+    try:
+        return consume(result)
+    except Exception as error:
+        del result
+        raise without_frames(error) from error.__cause__
+
+
+def without_frames(error: BaseException) -> BaseException:
+    """``error`` and the errors chained to it, their tracebacks dropped (an unexpected one keeps its text as a note).
+
+    pyoxigraph's results may only be freed by the thread that made them. A traceback holds its frames' locals, and
+    a traceback caught in a reference cycle is freed by whichever thread the garbage collector next runs on: a
+    result held there leaks, reported as "unsendable, but is being dropped on another thread"."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if current.__traceback__ is not None and not isinstance(current, _EXPECTED):
+            current.add_note("".join(traceback.format_tb(current.__traceback__)).rstrip())
+        current.__traceback__ = None
+        current = current.__cause__ or current.__context__
+    return error
 
 
 class ConstructedTriples(list[Triple]):
@@ -44,6 +77,18 @@ class Solutions:
 
     variables: list[str]
     rows: list[Row]
+    #: ``distinct``'s answers by variable, kept with the rows they come from: rows are never changed once made, so
+    #: they stay true as long as the solutions live (those of the static cache are shared, and so are these)
+    _distinct: dict[str, tuple[Term, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def distinct(self, variable: str) -> tuple[Term, ...]:
+        """The values ``variable`` is bound to, each once, in the order of the rows (worked out once per variable:
+        a rule firing asks for a ``SERVICE ?var``'s values over the cached prefix solutions more than once)."""
+        values = self._distinct.get(variable)
+        if values is None:
+            values = tuple(dict.fromkeys(row[variable] for row in self.rows if variable in row))
+            self._distinct[variable] = values
+        return values
 
 
 def skolemize(term: Term) -> Term:

@@ -52,7 +52,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import multiprocessing
 import os
 import shutil
 import threading
@@ -74,13 +73,10 @@ from engine.errors import (
     QueryQueueFull,
     ResultNotAcceptable,
 )
-from engine.query_process import Crashed, QueryOutput, QueryTask, Refused, Release, Written, serve
+from engine.query_process import Crashed, QueryOutput, QueryTask, Refused, Release, Written
 from engine.snapshots import Snapshots
+from engine.worker_process import WorkerProcess, kill_all, preload_fork_server
 from store.errors import QueryFailed
-
-_CONTEXT = multiprocessing.get_context("forkserver")
-
-# --- the pool -------------------------------------------------------------------------------------------------
 
 
 @dataclass(eq=False)
@@ -88,36 +84,6 @@ class _Ticket:
     """A query waiting in line for a worker."""
 
     client: str
-
-
-class _Worker:
-    """One worker process and the parent's end of its connection; ``snapshot``: the store it has open."""
-
-    def __init__(self, number: int) -> None:
-        ours, theirs = _CONTEXT.Pipe()
-        self.process = _CONTEXT.Process(target=serve, args=(theirs,), name=f"query-worker-{number}", daemon=True)
-        self.process.start()
-        theirs.close()  # the worker holds the only other end: it sees the end of input when this process dies
-        self.connection = ours
-        self.snapshot = ""
-        self.client: str | None = None  # whose query it runs (None: idle)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid or 0
-
-    def kill(self) -> None:
-        """SIGKILL: pyoxigraph cannot be interrupted, a killed process releases its CPU and memory at once."""
-        with contextlib.suppress(OSError, ValueError):
-            self.process.kill()
-        self.process.join(5)
-        self.connection.close()
-
-
-def _kill_all(workers: list[_Worker]) -> None:
-    for worker in workers:
-        worker.kill()
-    workers.clear()
 
 
 class QueryPool:
@@ -136,13 +102,12 @@ class QueryPool:
         if self.limits.processes and (snapshots is None or spool is None):
             raise ValueError("query processes need a snapshot directory and a spool directory")
         if self.limits.processes:
-            # the fork server imports this module (pyoxigraph with it) once; each worker is a fork of it
-            _CONTEXT.set_forkserver_preload(["engine.query_process"])
+            preload_fork_server()
         if snapshots is not None:
             snapshots.on_delete.append(self._release_snapshot)
         self._cond = threading.Condition()
-        self._idle: list[_Worker] = []
-        self._busy: list[_Worker] = []
+        self._idle: list[WorkerProcess] = []
+        self._busy: list[WorkerProcess] = []
         self._starting = 0
         self._line: list[_Ticket] = []  # the queries waiting for a worker, first come first served
         self._running_of: dict[str, int] = {}  # client -> its queries running in a worker now
@@ -156,9 +121,9 @@ class QueryPool:
         self.refused = {"client_limit": 0, "queue_full": 0}
         self.started = 0  # worker processes started since start-up
         self.killed = 0  # worker processes killed (budget, client gone) or found dead
-        self._all: list[_Worker] = []  # every live worker, idle, busy or just started
+        self._all: list[WorkerProcess] = []  # every live worker, idle, busy or just started
         # workers are killed when the pool is dropped without close() (an app in a test), and at exit
-        self._finalizer = weakref.finalize(self, _kill_all, self._all)
+        self._finalizer = weakref.finalize(self, kill_all, self._all)
 
     @property
     def in_workers(self) -> bool:
@@ -238,7 +203,7 @@ class QueryPool:
     def _alive(self) -> int:
         return len(self._idle) + len(self._busy) + self._starting
 
-    def _take(self, snapshot: str, budget: Budget, gone: Callable[[], bool], client: str) -> _Worker:
+    def _take(self, snapshot: str, budget: Budget, gone: Callable[[], bool], client: str) -> WorkerProcess:
         """A worker for a query of ``client``: an idle one (one with ``snapshot`` open first), a new one while fewer
         than ``processes`` are alive, else the next one freed, in line, for at most the query's budget. The line is
         first come first served among the queries whose client has fewer than ``share`` running."""
@@ -284,13 +249,13 @@ class QueryPool:
             f"processes as one client may use at once (half of the server's {self.limits.processes})",
             headers=exceeded.headers)
 
-    def _assign(self, worker: _Worker, client: str) -> None:
+    def _assign(self, worker: WorkerProcess, client: str) -> None:
         """(caller holds the lock)"""
         self._busy.append(worker)
         worker.client = client
         self._running_of[client] = self._running_of.get(client, 0) + 1
 
-    def _unassign(self, worker: _Worker) -> None:
+    def _unassign(self, worker: WorkerProcess) -> None:
         """(caller holds the lock)"""
         if worker in self._busy:
             self._busy.remove(worker)
@@ -302,7 +267,7 @@ class QueryPool:
                 self._running_of.pop(worker.client, None)
             worker.client = None
 
-    def _idle_worker(self, snapshot: str) -> _Worker | None:
+    def _idle_worker(self, snapshot: str) -> WorkerProcess | None:
         """An idle worker, one that has ``snapshot`` open if any (caller holds the lock); dead ones are dropped."""
         while self._idle:
             index = next((i for i, w in enumerate(self._idle) if w.snapshot == snapshot), len(self._idle) - 1)
@@ -312,11 +277,11 @@ class QueryPool:
             self._forget(worker)
         return None
 
-    def _start(self, client: str | None) -> _Worker:
+    def _start(self, client: str | None) -> WorkerProcess:
         """Start a worker (its slot counted in ``_starting``, and ``client``'s running query, by the caller): busy
         for ``client``'s query, or idle (None)."""
         try:
-            worker = _Worker(next(self._numbers))
+            worker = WorkerProcess(next(self._numbers))
         except BaseException as error:
             with self._cond:
                 self._starting -= 1
@@ -343,7 +308,7 @@ class QueryPool:
             self._cond.notify_all()
         return worker
 
-    def _run(self, worker: _Worker, task: QueryTask, budget: Budget, gone: Callable[[], bool]
+    def _run(self, worker: WorkerProcess, task: QueryTask, budget: Budget, gone: Callable[[], bool]
              ) -> Written | Refused | Crashed:
         """Send ``task`` to ``worker`` and wait for its answer; kill the worker past the budget or when the client
         is gone. The worker goes back to the idle ones after an answer."""
@@ -384,7 +349,7 @@ class QueryPool:
             self._cond.notify_all()
         return answer
 
-    def _discard(self, worker: _Worker) -> None:
+    def _discard(self, worker: WorkerProcess) -> None:
         """Kill a busy worker and start a fresh one in its place, warm for the next query."""
         with self._cond:
             self._unassign(worker)
@@ -403,7 +368,7 @@ class QueryPool:
         with contextlib.suppress(QueryProcessFailed):
             self._start(None)
 
-    def _forget(self, worker: _Worker) -> None:
+    def _forget(self, worker: WorkerProcess) -> None:
         """(caller holds the lock)"""
         if worker in self._all:
             self._all.remove(worker)
@@ -444,7 +409,7 @@ class QueryPool:
             self._all.clear()
             self._cond.notify_all()
         self._finalizer.detach()
-        _kill_all(workers)
+        kill_all(workers)
         if self._snapshots is not None:
             self._snapshots.close()
         if self._spool is not None:

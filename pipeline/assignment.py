@@ -1,36 +1,31 @@
 """Window assignment on Spark: which windows k of which registered sequence each element belongs to.
 
-The semantics are those of ``sparql_ext.windowing`` (the pure-Python reference; DESIGN §2), restated:
+The semantics are those of ``sparql_ext.windowing`` (the pure-Python reference; docs/streams.md, "WindowRef"), and
+what the batch job computes for one sequence is its kind's ``AssignmentRow`` (``spec.window_kind.row``;
+``sparql_ext.window_state.assign_ranges`` is the same arithmetic on numpy arrays, which the pure step's tests run).
 
-- time, forward: window k = [t0 + k·step, t0 + k·step + width), k ≥ first
-- time, backward: window k = (t0 + k·step − width, t0 + k·step], k ≥ first
-- step > width leaves gaps: elements there are in no window
-- count: window k = ordinals [o0 + k·step, o0 + k·step + width − 1]; windows starting before ordinal 1
-  are skipped
-- with ``count`` set, windows k ≥ first + count are dropped
-
-**Data-driven.** The registered sequences are data, not plan: one row per (stream, sequence) with the
-spec's fields reduced to five integers (``base``, ``back``, ``width``, ``step``, ``kmin``/``kmax``, see
-:func:`sequence_rows`), and ONE plan of fixed shape assigns every element of a batch to every window of
-every sequence of its stream, whatever the number of sequences. Every kind of window is the same
-arithmetic on one integer ``v`` per (element, sequence):
+**Data-driven.** The registered sequences are data, not plan: one row per (stream, sequence) with a handful of
+integers (``sparql_ext.window_data.AssignmentRow``), and ONE plan of fixed shape assigns every element of a batch
+to every window of every sequence of its stream, whatever the number of sequences (one more shape: with session
+sequences registered). Windows in arithmetic progression (time and count windows) are the same arithmetic on one
+integer ``v`` per (element, sequence):
 
     v  = (time in µs for time windows, ordinal for count windows) − back − base
     k ∈ [⌊(v − width) / step⌋ + 1, ⌊v / step⌋]  ∩  [kmin, kmax]
 
-Forward time windows: ``base = t0``, ``back = 0``: k·step ≤ v < k·step + width. Backward windows are
-half-open the other way, (end − width, end]; on integer microseconds that is [end − width, end) of
-``time − 1 µs``, so ``back = 1`` and ``base = t0 − width``. Count windows: ``base = o0``; ``kmin`` also skips
-windows starting before ordinal 1. Each (element, sequence) pair yields the k *range* [lo, hi]; the range is
-exploded (``assign_windows``) or folded into ordinal runs by the caller.
+Session windows depend on the elements before: when the table holds one, the plan adds two window functions over
+each (stream, sequence)'s elements in ordinal order — the latest time before each element (or the open window's,
+``last``), and the running count of windows started (an element at least the gap after it starts one) — which
+is the kind's Spark form (``_SESSION_COLUMNS``). Each (element, sequence) pair yields the k *range* [lo, hi]; the
+range is exploded (``assign_windows``) or folded into ordinal runs by the caller (``fold_batch``).
 
 **Why not ``functions.window``.** Spark's ``window()`` takes its durations as literals fixed at analysis
 (one ``TimeWindow`` expression per duration triple), so it cannot read per-row widths and steps from a
-sequence table — a plan built with it has one part per sequence, which is what made the old plan cost
-~0.3 s of Python per batch. The arithmetic above computes exactly the windows ``window(time, width,
-step, startTime = t0 mod step)`` computes — windows [start, start + width) with start ≡ t0 (mod step),
-start ≤ t < start + width — with k = (start − t0) / step, and also handles what ``window()`` refuses (slide
-> duration: gaps). ``tests/test_spark_source.py`` checks the equivalence against ``F.window`` itself.
+sequence table — a plan built with it has one part per sequence, measured ≈ 0.3 s of Python per batch. The
+arithmetic above computes exactly the windows ``window(time, width, step, startTime = t0 mod step)`` computes —
+windows [start, start + width) with start ≡ t0 (mod step), start ≤ t < start + width — with k = (start − t0) /
+step, and also handles what ``window()`` refuses (slide > duration: gaps). ``tests/test_spark_source.py`` checks
+the equivalence against ``F.window`` itself.
 
 **Why a literal, not a join.** The sequence table travels with the plan as one constant: a JSON map
 stream → [sequence rows], parsed by ``from_json`` (constant-folded once by the optimizer) and looked up
@@ -44,7 +39,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +48,8 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+from sparql_ext.window_data import AssignmentRow, SequenceRuns, SequenceSpans
 
 log = logging.getLogger(__name__)
 
@@ -65,83 +63,43 @@ OUTPUT_SCHEMA = StructType(
     ]
 )
 
-#: One sequence row of the literal table (what ``sequence_rows`` produces, in this order).
-_ROW_FIELDS = ("sequence", "by_time", "back", "base", "width", "step", "kmin", "kmax")
-_ROW_TYPE = ("map<string, array<struct<sequence: string, by_time: boolean, back: bigint, base: bigint, "
-             "width: bigint, step: bigint, kmin: bigint, kmax: bigint>>>")
+#: One sequence row of the literal table (``sequence`` and the fields of ``AssignmentRow``).
+_ROW_TYPE = ("map<string, array<struct<sequence: string, kind: string, by_time: boolean, back: bigint, base: bigint, "
+             "width: bigint, step: bigint, kmin: bigint, kmax: bigint, last: bigint>>>")
 
-#: The fixed projection of ``assign_ranges`` (``s`` is the sequence row joined to the element, or null).
+#: The fixed projection of ``batch_ranges`` (``s`` is the sequence row joined to the element, or null).
 _V = "(CASE WHEN s.by_time THEN unix_micros(time) ELSE ordinal END - s.back - s.base)"
-_RANGE_COLUMNS = (
-    "stream", "kind", "ordinal", "unix_micros(time) AS t", "position", "sequence",
-    "s.sequence AS seq",
-    # ⌊x / d⌋ exactly on longs: x − pmod(x, d) is a multiple of d, so the truncating `div` is exact.
-    f"greatest(({_V} - s.width - pmod({_V} - s.width, s.step)) div s.step + 1, s.kmin) AS lo",
-    f"least(({_V} - pmod({_V}, s.step)) div s.step, s.kmax) AS hi",
+# ⌊x / d⌋ exactly on longs: x − pmod(x, d) is a multiple of d, so the truncating `div` is exact.
+_LO = f"greatest(({_V} - s.width - pmod({_V} - s.width, s.step)) div s.step + 1, s.kmin)"
+_HI = f"least(({_V} - pmod({_V}, s.step)) div s.step, s.kmax)"
+_COMMON = ("stream", "kind", "ordinal", "unix_micros(time) AS t", "position", "sequence", "s.sequence AS seq")
+_RANGE_COLUMNS = (*_COMMON, f"{_LO} AS lo", f"{_HI} AS hi", "false AS spans")
+
+#: Session windows' Spark form: ``latest`` (the latest time before the element, of the sequence's elements from t0
+#: on), then ``k`` (the open window plus the windows started up to the element), then the ranges.
+_IN_SESSION = "s.kind = 'session' AND unix_micros(time) >= s.base"
+_BY_ORDINAL = "PARTITION BY stream, s.sequence ORDER BY ordinal ROWS BETWEEN UNBOUNDED PRECEDING AND"
+_SESSION_COLUMNS = (
+    f"max(CASE WHEN {_IN_SESSION} THEN unix_micros(time) END) OVER ({_BY_ORDINAL} 1 PRECEDING) AS latest",
+    f"s.kmin + sum(CASE WHEN {_IN_SESSION} AND unix_micros(time) >= "
+    f"coalesce(greatest(latest, s.last), {-(1 << 63)}) + s.width THEN 1 ELSE 0 END) OVER ({_BY_ORDINAL} CURRENT ROW)"
+    " AS session",
+    (*_COMMON, f"CASE WHEN s.kind <> 'session' THEN {_LO} WHEN {_IN_SESSION} THEN session ELSE 1 END AS lo",
+     f"CASE WHEN s.kind <> 'session' THEN {_HI} WHEN {_IN_SESSION} THEN least(session, s.kmax) ELSE 0 END AS hi",
+     "s.kind = 'session' AS spans"),
 )
 
-
-class WindowSpecLike(Protocol):
-    """The fields of ``sparql_ext.windowing.WindowSpec`` that assignment reads."""
-
-    @property
-    def kind(self) -> str: ...  # 'time' | 'count'
-
-    @property
-    def backward(self) -> bool: ...
-
-    @property
-    def origin(self) -> int | None: ...  # t0 in µs (time) or o0 (count); None while a time spec waits for its anchor
-
-    @property
-    def width(self) -> int: ...
-
-    @property
-    def step(self) -> int: ...
-
-    @property
-    def step_kind(self) -> str: ...  # 'time' | 'count'
-
-    @property
-    def first(self) -> int: ...
-
-    @property
-    def count(self) -> int | None: ...
-
-
-#: (sequence id, stream name, spec) — one registered window sequence.
-Registration = tuple[str, str, WindowSpecLike]
-
-
-def sequence_row(sequence: str, spec: WindowSpecLike) -> dict[str, Any] | None:
-    """The table row of one sequence; ``None`` if its t0 is still pending (nothing can be assigned yet)."""
-    if spec.width <= 0 or spec.step <= 0:
-        raise ValueError(f"window sequence {sequence}: width and step must be positive ({spec.width}, {spec.step})")
-    if spec.kind != spec.step_kind:
-        raise NotImplementedError(
-            f"window sequence {sequence}: a {spec.kind} width with a {spec.step_kind} step (e.g. R/HEAD/PT05M/10) "
-            "is not assigned by Spark; the caller must place these windows from element ordinals"
-        )
-    if spec.origin is None:
-        log.debug("window sequence %s: t0 pending, nothing assigned", sequence)
-        return None
-    if spec.kind == "count" and spec.backward:
-        raise NotImplementedError(f"window sequence {sequence}: backward count windows are not defined")
-    kmin = spec.first
-    if spec.kind == "count":
-        kmin = max(kmin, -((spec.origin - 1) // spec.step))  # ⌈(1 − o0)/step⌉: windows start at ordinal ≥ 1
-    return {"sequence": sequence, "by_time": spec.kind == "time", "back": int(spec.backward),
-            "base": spec.origin - (spec.width if spec.backward else 0), "width": spec.width, "step": spec.step,
-            "kmin": kmin, "kmax": None if spec.count is None else spec.first + spec.count - 1}
+#: (sequence id, stream name, row) — one registered window sequence as the batch job assigns it.
+Registration = tuple[str, str, AssignmentRow]
 
 
 def sequence_table(sequences: Iterable[Registration]) -> str:
-    """The literal sequence table: JSON ``{stream: [row, …]}`` (pending sequences left out)."""
+    """The literal sequence table: JSON ``{stream: [row, …]}``."""
     table: dict[str, list[dict[str, Any]]] = {}
-    for sequence, stream, spec in sequences:
-        row = sequence_row(sequence, spec)
-        if row is not None:
-            table.setdefault(stream, []).append(row)
+    for sequence, stream, row in sequences:
+        if row.width <= 0 or row.step <= 0:
+            raise ValueError(f"window sequence {sequence}: width and step must be positive ({row.width}, {row.step})")
+        table.setdefault(stream, []).append({"sequence": sequence, **asdict(row)})
     return json.dumps(table, sort_keys=True)
 
 
@@ -153,46 +111,55 @@ class _Columns:
     def __init__(self) -> None:
         self._context: object | None = None
         self._ranges: list[Column] = []
-        self._tables: dict[str, Column] = {}
+        self._sessions: tuple[Column, Column, list[Column]] | None = None
+        self._tables: dict[str, tuple[Column, bool]] = {}
 
     def _for(self, batch: DataFrame) -> None:
         context = batch.sparkSession.sparkContext
         if context is not self._context:  # a new session (tests stop and start them): the old columns are dead
             self._context, self._tables = context, {}
             self._ranges = [F.expr(text) for text in _RANGE_COLUMNS]
+            latest, session, ranges = _SESSION_COLUMNS
+            self._sessions = F.expr(latest), F.expr(session), [F.expr(text) for text in ranges]
 
-    def ranges(self, batch: DataFrame) -> list[Column]:
+    def ranges(self, batch: DataFrame, table: str) -> DataFrame:
+        """``batch`` joined to its sequences, projected to the ranges."""
         self._for(batch)
-        return self._ranges
+        sequences, sessions = self._sequences(table)
+        joined = batch.select("stream", "kind", "ordinal", "time", "position", "sequence", sequences)
+        if not sessions:
+            return joined.select(*self._ranges)
+        assert self._sessions is not None
+        latest, session, ranges = self._sessions
+        return joined.select("*", latest).select("*", session).select(*ranges)
 
-    def sequences(self, batch: DataFrame, table: str) -> Column:
+    def _sequences(self, table: str) -> tuple[Column, bool]:
         """The exploded sequence rows of each element's stream (null for other rows): ``element_at(map, stream)``
-        of the literal table."""
-        self._for(batch)
-        column = self._tables.get(table)
-        if column is None:
+        of the literal table; and whether a row is a session (the plan then adds its window functions)."""
+        found = self._tables.get(table)
+        if found is None:
             if len(self._tables) >= 16:  # registrations change the table now and then: keep the recent ones
                 self._tables.pop(next(iter(self._tables)))
             sequences = F.element_at(F.from_json(F.lit(table), _ROW_TYPE), F.col("stream"))
             column = F.explode_outer(F.when(F.col("kind") == F.lit("element"), sequences)).alias("s")
-            self._tables[table] = column
-        return column
+            sessions = any(row["kind"] == "session" for rows in json.loads(table).values() for row in rows)
+            found = self._tables[table] = column, sessions
+        return found
 
 
 _COLUMNS = _Columns()
 
 
-def assign_ranges(batch: DataFrame, table: str) -> DataFrame:
+def batch_ranges(batch: DataFrame, table: str) -> DataFrame:
     """Every row of ``batch`` (``element_log`` schema) with, per sequence of its stream, the k range.
 
     Columns: ``stream, kind, ordinal, t`` (µs), ``position, sequence`` (of a registration row), ``seq`` (the
     assigned sequence, null for non-element rows and streams without sequences), ``lo, hi`` (windows
-    ``lo..hi`` of ``seq`` hold the element; none if ``lo > hi``). An element appears once per sequence of its
-    stream (at least once), other rows once: the caller can summarize the batch from the same result.
+    ``lo..hi`` of ``seq`` hold the element; none if ``lo > hi``), ``spans`` (whether the sequence's kind keeps its
+    windows' time spans). An element appears once per sequence of its stream (at least once), other rows once: the
+    caller can summarize the batch from the same result.
     """
-    joined = batch.select("stream", "kind", "ordinal", "time", "position", "sequence",
-                          _COLUMNS.sequences(batch, table))
-    return joined.select(*_COLUMNS.ranges(batch))
+    return _COLUMNS.ranges(batch, table)
 
 
 def assign_windows(batch: DataFrame, sequences: Sequence[Registration]) -> DataFrame:
@@ -201,28 +168,24 @@ def assign_windows(batch: DataFrame, sequences: Sequence[Registration]) -> DataF
     ``batch`` has the ``element_log`` schema (other record kinds are ignored). Registration positions,
     completeness and punctuation are the caller's business: this only says which windows hold which element.
     """
-    ranges = assign_ranges(batch, sequence_table(sequences)).where("seq IS NOT NULL AND lo <= hi")
+    ranges = batch_ranges(batch, sequence_table(sequences)).where("seq IS NOT NULL AND lo <= hi")
     return ranges.selectExpr("seq AS sequence", "stream", "explode(sequence(lo, hi)) AS k", "ordinal",
                              "timestamp_micros(t) AS time")
 
 
-def assign_one(elements: DataFrame, sequence: str, stream: str, spec: WindowSpecLike) -> DataFrame | None:
-    """Assignments of one sequence; ``None`` if its t0 is still pending (nothing can be assigned yet)."""
-    if sequence_row(sequence, spec) is None:
-        return None
-    return assign_windows(elements, [(sequence, stream, spec)])
+def assign_one(elements: DataFrame, sequence: str, stream: str, row: AssignmentRow | None) -> DataFrame | None:
+    """Assignments of one sequence; ``None`` without a row (t0 still pending, or a kind the job does not assign)."""
+    return None if row is None else assign_windows(elements, [(sequence, stream, row)])
 
 
-Runs = dict[str, dict[str, dict[int, list[list[int]]]]]  # stream -> sequence -> k -> inclusive ordinal runs
-
-
-def fold_runs(ranges: pa.Table) -> Runs:
-    """Fold ``assign_ranges`` rows into ordinal runs per (stream, sequence, k), vectorized.
+def fold_batch(ranges: pa.Table) -> dict[str, tuple[SequenceRuns, SequenceSpans]]:
+    """Fold ``batch_ranges`` rows into ordinal runs per (stream, sequence, k), vectorized, and for kinds that keep
+    them each window's earliest and latest time: per stream, ``(runs, spans)``.
 
     Gaps and islands: after sorting by (stream, sequence, k, ordinal), a run breaks where the group changes
     or the ordinal does not follow the previous one.
     """
-    result: Runs = {}
+    result: dict[str, tuple[SequenceRuns, SequenceSpans]] = {}
     if ranges.num_rows == 0:
         return result
     seq = ranges.column("seq")
@@ -252,6 +215,18 @@ def fold_runs(ranges: pa.Table) -> Runs:
     ends = np.append(starts[1:], g.size) - 1
     for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
         stream, sequence = names[int(g[s])].split("\x00", 1)
-        by_k = result.setdefault(stream, {}).setdefault(sequence, {})
+        by_k = result.setdefault(stream, ({}, {}))[0].setdefault(sequence, {})
         by_k.setdefault(int(k[s]), []).append([int(o[s]), int(o[e])])
+    _fold_spans(rows, result)
     return result
+
+
+def _fold_spans(rows: pa.Table, into: dict[str, tuple[SequenceRuns, SequenceSpans]]) -> None:
+    """Each window's earliest and latest time, for the rows of kinds that keep spans (one window per element)."""
+    spanned = rows.filter(pc.fill_null(rows.column("spans"), False))
+    if spanned.num_rows == 0:
+        return
+    grouped = spanned.group_by(["stream", "seq", "lo"]).aggregate([("t", "min"), ("t", "max")])
+    for row in grouped.to_pylist():
+        spans = into.setdefault(row["stream"], ({}, {}))[1].setdefault(row["seq"], {})
+        spans[row["lo"]] = [row["t_min"], row["t_max"]]

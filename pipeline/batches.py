@@ -1,11 +1,11 @@
-"""The continuous path (DESIGN §4): a Spark streaming query over every stream's element log, and its batch
-handler. Spark only *summarizes* each micro-batch; the window semantics are ``sparql_ext.window_state`` (pure,
-tested without a JVM).
+"""The continuous path (docs/streams.md, "The Spark pipeline"): a Spark streaming query over every stream's element
+log, and its batch handler. Spark only *summarizes* each micro-batch; the window semantics are
+``sparql_ext.window_state`` (pure, tested without a JVM).
 
 One micro-batch (``apply_batch``) is ONE Spark job:
 
 1. the driver lists, per stream, the sequences that are assignable as of its committed state
-   (``window_state.assignable``) as a small literal table, and ``assignment.assign_ranges`` runs one
+   (``window_state.assignable``) as a small literal table, and ``assignment.batch_ranges`` runs one
    fixed-shape plan over the batch: every record once, every element with the k range of each assignable
    sequence of its stream. The result is collected once, as Arrow;
 2. the driver summarizes it per stream (``BatchSummary``: max element ordinal and time, max punctuation,
@@ -32,7 +32,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +41,8 @@ from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from pipeline.assignment import assign_ranges, fold_runs, sequence_table
+from pipeline.assignment import batch_ranges, fold_batch, sequence_table
 from pipeline.element_source import (
-    LOG_DIRECTORY,
-    WARM_UP_STREAM,
     DueHints,
     start_element_pipeline,
     stop_element_pipeline,
@@ -53,11 +50,11 @@ from pipeline.element_source import (
 )
 from pipeline.errors import PipelineError
 from pipeline.spark import SparkSettings, spark_session
+from pipeline.status import PipelineStatus, observe_window_latency, status_document
 from sparql_ext.histogram import Histogram
+from sparql_ext.window_data import AssignmentRow
 from sparql_ext.window_state import BatchSummary, Step, advance, assignable, next_due
-from sparql_ext.windowing import WindowSpec
-from store.element_log import segment_name
-from store.log_records import ElementRecord, encode
+from store.log_reading import append_warm_up_records
 from store.migrate import RESET_MARKER
 from store.stream import Stream
 from store.streams import StreamCatalog
@@ -80,26 +77,6 @@ FLOOD_BATCH_INTERVAL = 0.8
 IDLE_BATCH_INTERVAL = 1.7
 _INDEX_CATCH_UP_SECONDS = 30.0  # the index is updated right after the log fsync: this is a safety net
 _MAX_BACKOFF_SECONDS = 60.0
-
-@dataclass
-class PipelineStatus:
-    """Counters for ``/status``; written by the batch thread, read by request threads."""
-
-    batches: int = 0
-    last_batch_id: int | None = None
-    last_batch_seconds: float | None = None
-    last_batch_phases: dict[str, float] = field(default_factory=dict)  # seconds: job, advance
-    last_error: str | None = None
-    last_error_at: float | None = None
-    errors: int = 0
-    restarts: int = 0
-    windows_emitted: int = 0
-    expired_elements: int = 0
-    skipped_empty_windows: dict[str, int] = field(default_factory=dict)  # "stream/sequence" -> windows
-    batch_seconds: Histogram = field(default_factory=Histogram)  # every batch's time, since start-up
-    # per stream: from stream time reaching a window's end (the commit of the record that completed it) to the
-    # window revision's commit, since start-up
-    window_latency: dict[str, Histogram] = field(default_factory=dict)
 
 
 class WindowPipeline:
@@ -170,24 +147,13 @@ class WindowPipeline:
                 self._record_error(f"on_started callback failed: {error!r}")
 
     def _prime(self, records: int = 2_000) -> None:
-        """Append a few element records to the pipeline's own log (``WARM_UP_STREAM``), which no stream owns: they
-        make the query's first batch, and ``start`` waits for it.
+        """Append a few element records to the warm-up log, which no stream owns (``store.log_reading``): they make the
+        query's first batch, and ``start`` waits for it.
 
         The first batch in a JVM pays for class loading, the Python data source's processes, code generation and
         the JIT: measured ≈ 13 s on 2 cores, during an ingest flood, so that every window of the first 20 s of the
-        flood waited that long; once warm, such a batch takes ≈ 0.3 s. Primed, "ready" means warm. The log is
-        written again from scratch once it passes 4 MB (the source then reads it from its start, as a re-created
-        log)."""
-        directory = self.root / WARM_UP_STREAM / LOG_DIRECTORY
-        path = directory / (segment_name(0) + ".jsonl")
-        if path.exists() and path.stat().st_size > 4 << 20:
-            path.unlink()
-        directory.mkdir(parents=True, exist_ok=True)
-        now = int(time.time() * 1e6)
-        lines = "".join(encode(ElementRecord(ordinal, now + 1_000 * ordinal, f"<urn:warm-up:{ordinal}>", now, None,
-                                             (0, 1))) + "\n" for ordinal in range(1, records + 1))
-        with path.open("a") as out:
-            out.write(lines)
+        flood waited that long; once warm, such a batch takes ≈ 0.3 s. Primed, "ready" means warm."""
+        append_warm_up_records(self.root, records, int(time.time() * 1e6))
 
     def _wait_primed(self, timeout: float = 120.0) -> None:
         """Until the query has run its first batch (the primed records, and whatever else was waiting)."""
@@ -202,7 +168,7 @@ class WindowPipeline:
 
     def abandon_start(self) -> None:
         """A stop asked for while ``start`` runs (in the background): it returns at its next step instead of starting
-        the query and waiting for its first batch (≈ 5 of the ≈ 10 s a server stopped at once used to take). Call
+        the query and waiting for its first batch (≈ 5 s of a server stopped just after it starts). Call
         ``stop`` once it has returned."""
         self._abandoned.set()
 
@@ -285,38 +251,8 @@ class WindowPipeline:
         with self._lock:
             s = copy.copy(self._status)
             s.last_batch_phases, s.skipped_empty_windows = dict(s.last_batch_phases), dict(s.skipped_empty_windows)
-            latency = dict(s.window_latency)
-        query = self._query
-        streams: dict[str, Any] = {}
-        for name in self.catalog.names():
-            stream = self.catalog.find(name)
-            if stream is None:
-                continue
-            state = stream.windows.state
-            streams[name] = {
-                "batch": state.batch, "watermark": state.watermark, "stream_time": state.stream_time,
-                "seen": state.seen,
-                # what the pipeline has not read yet: elements, and stream time (seconds)
-                "lag_elements": max(0, stream.head() - state.seen) if len(stream) else 0,
-                "lag_seconds": _lag_seconds(stream.stream_time, state.stream_time),
-                "window_latency_seconds": (latency[name] if name in latency else Histogram()).to_json(),
-                "sequences": {
-                    seq.id: {"ref": seq.ref, "live": seq.id in state.next_index,
-                             "pending": seq.spec.origin is None and seq.id not in state.origins,
-                             "next_index": state.next_index.get(seq.id),
-                             "open_windows": len(state.open.get(seq.id, {})),
-                             "emitted": stream.windows.emitted(seq.id)}
-                    for seq in stream.windows.sequences()},
-            }
-        return {
-            "ready": self.ready.is_set(), "active": bool(query is not None and query.isActive),
-            "batches": s.batches, "last_batch_id": s.last_batch_id, "last_batch_seconds": s.last_batch_seconds,
-            "last_batch_phases": s.last_batch_phases,
-            "last_error": s.last_error, "last_error_at": s.last_error_at, "errors": s.errors,
-            "restarts": s.restarts, "windows_emitted": s.windows_emitted, "expired_elements": s.expired_elements,
-            "skipped_empty_windows": s.skipped_empty_windows, "batch_seconds": s.batch_seconds.to_json(),
-            "streams": streams, "spark_progress": _progress(query),
-        }
+            s.window_latency = dict(s.window_latency)
+        return status_document(s, self.catalog, self._query, self.ready.is_set())
 
     def caught_up(self, stream: Stream) -> bool:
         """True once the pipeline has read everything committed to ``stream`` (elements, stream time and
@@ -350,13 +286,13 @@ class WindowPipeline:
         try:
             self._retire_idle_sequences()
             assignable = self._assignable(batch_id)
-            table = sequence_table((ident, name, spec) for name, specs in assignable.items()
-                                   for ident, spec in specs.items())
-            ranges = assign_ranges(batch_df, table).toArrow()  # the batch's one Spark job
+            table = sequence_table((ident, name, row) for name, rows in assignable.items()
+                                   for ident, row in rows.items())
+            ranges = batch_ranges(batch_df, table).toArrow()  # the batch's one Spark job
             phases = {"job": time.monotonic() - began}
             summaries = _summaries(ranges)
-            for name, runs in fold_runs(ranges).items():
-                summaries[name].runs = runs
+            for name, (runs, spans) in fold_batch(ranges).items():
+                summaries[name].runs, summaries[name].spans = runs, spans
             emitted = expired = 0
             steps: list[tuple[Stream, Step]] = []
             committed: Committed = []
@@ -411,10 +347,10 @@ class WindowPipeline:
                 for ident in stream.windows.retire_idle():
                     log.info("stream %s: sequence %s retired (no rule or continuous response reads it)", name, ident)
 
-    def _assignable(self, batch_id: int) -> dict[str, dict[str, WindowSpec]]:
-        """Per stream, the sequences the batch job assigns elements to (``window_state.assignable``) as of the
-        stream's committed state; streams that already committed this batch (a replay) are left out."""
-        result: dict[str, dict[str, WindowSpec]] = {}
+    def _assignable(self, batch_id: int) -> dict[str, dict[str, AssignmentRow]]:
+        """Per stream, the sequences the batch job assigns elements to, as its rows (``window_state.assignable``) as
+        of the stream's committed state; streams that already committed this batch (a replay) are left out."""
+        result: dict[str, dict[str, AssignmentRow]] = {}
         for name in self.catalog.names():
             stream = self.catalog.find(name)
             if stream is None or stream.windows.state.batch >= batch_id:
@@ -467,22 +403,10 @@ class WindowPipeline:
                 self._record_error(f"on_windows callback failed: {error!r}")
 
     def _observe_latency(self, stream: Stream, revisions: list[WindowRevision]) -> None:
-        """Window latency: from when a window could first be computed — stream time reached its end plus the
-        lateness (a count window: its last element committed), or its sequence was registered if that came later —
-        to its revision's commit. Windows whose completing record has expired are not observed."""
+        """The latency of ``revisions`` into the stream's histogram (``pipeline.status.observe_window_latency``)."""
         with self._lock:
             histogram = self._status.window_latency.setdefault(stream.config.name, Histogram())
-        for revision in revisions:
-            sequence = stream.windows.sequence(revision.sequence)
-            if sequence is None:
-                continue
-            if sequence.spec.kind == "count":
-                record = stream.record(revision.end)
-                reached = None if record is None else record.commit
-            else:
-                reached = stream.reached_at(revision.end + stream.config.lateness)
-            if reached is not None:
-                histogram.observe(max(0, revision.commit - max(reached, sequence.registered)) / 1_000_000)
+        observe_window_latency(histogram, stream, revisions)
 
     @staticmethod
     def _expire(stream: Stream, step: Step) -> int:
@@ -493,29 +417,6 @@ class WindowPipeline:
         count = stream.expire_before(step.expire_before)
         log.debug("stream %s: expired %d elements below ordinal %d", stream.config.name, count, step.expire_before)
         return count
-
-
-def _progress(query: StreamingQuery | None) -> dict[str, Any] | None:
-    """Spark's own account of the last micro-batch (its id, rows, and milliseconds per phase: latestOffset,
-    queryPlanning, addBatch = our handler, walCommit, …), for /status; None before the first one."""
-    if query is None:
-        return None
-    try:
-        progress = query.lastProgress
-    except Exception:  # noqa: BLE001 - the query may be stopping; status must still answer
-        return None
-    if not progress:
-        return None
-    return {"batch_id": progress.get("batchId"), "rows": progress.get("numInputRows"),
-            "timestamp": progress.get("timestamp"), "duration_ms": progress.get("durationMs")}
-
-
-def _lag_seconds(stream_time: int | None, read_time: int | None) -> float | None:
-    """How far the stream's committed stream time is ahead of what the pipeline has read, in seconds (0 for an empty
-    stream; None while the pipeline has read nothing of a stream that has a stream time)."""
-    if stream_time is None:
-        return 0.0
-    return None if read_time is None else max(0, stream_time - read_time) / 1_000_000
 
 
 def _summaries(ranges: pa.Table) -> dict[str, BatchSummary]:

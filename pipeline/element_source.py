@@ -1,16 +1,15 @@
 """``element_log``: a PySpark streaming data source over the server's per-stream element logs.
 
-The store appends one JSON line per record to the segments of ``<root>/<stream>/log/`` (``store.element_log``) and
-fsyncs them; a line counts only once its ``\\n`` is on disk. Spark's offset for this source is ``{stream: log
-position just past the last complete line}`` (a position is a segment's base plus an offset in it: positions only
-grow), so a micro-batch is a set of position ranges, which makes replay after a restart exact:
-Spark checkpoints the offsets of a batch before running it and re-runs the same ranges if it did not
-commit. Why a file and not a socket: the reader runs in separate Python processes (the process that plans the
-query's batches, which also reads them; an executor's worker when Spark replays a batch), so it cannot share memory
-with the server anyway, and the log is already the durable source of truth.
+The store appends one record per line to each stream's element log and fsyncs it; a line counts only once its
+``\\n`` is on disk. Spark's offset for this source is ``{stream: log position just past the last complete line}`` (a
+position is a segment's base plus an offset in it: positions only grow), so a micro-batch is a set of position
+ranges, which makes replay after a restart exact: Spark checkpoints the offsets of a batch before running it and
+re-runs the same ranges if it did not commit. Why a file and not a socket: the reader runs in separate Python
+processes (the process that plans the query's batches, which also reads them; an executor's worker when Spark replays
+a batch), so it cannot share memory with the server anyway, and the log is already the durable source of truth.
 
-Reading the logs' records as Arrow batches (which streams, where complete lines end, the rows of a range) is
-``pipeline.log_reader``'s.
+Reading the logs' records as Arrow batches (which streams, where complete lines end, the rows of a range) is the
+store's (``store.log_reading``); ``SCHEMA`` is Spark's view of its ``RECORD_SCHEMA``.
 """
 
 from __future__ import annotations
@@ -25,27 +24,22 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
-from pipeline.log_reader import (
-    LOG_DIRECTORY,
-    SCHEMA,
-    WARM_UP_STREAM,
-    list_streams,
-    log_end,
-    range_completes,
-    read_range,
-)
+from store.log_reading import RECORD_SCHEMA, list_logs, log_directory, log_end, range_completes, read_records
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LOG_DIRECTORY", "SCHEMA", "SOURCE_NAME", "WARM_UP_STREAM", "ElementLogReader", "ElementLogSource",
-           "DueHints", "LogSlice", "element_stream", "register", "start_element_pipeline", "stop_element_pipeline",
-           "write_due_hints"]
+__all__ = ["SCHEMA", "SOURCE_NAME", "ElementLogReader", "ElementLogSource", "DueHints", "LogSlice", "element_stream",
+           "register", "start_element_pipeline", "stop_element_pipeline", "write_due_hints"]
 
 SOURCE_NAME = "element_log"
+#: The source's rows: the store's records (``store.log_reading.RECORD_SCHEMA``), which Spark checks returned record
+#: batches against, field for field (types, time zone, nullability).
+SCHEMA: StructType = from_arrow_schema(RECORD_SCHEMA)
 
 Offsets = dict[str, int]
 #: Per stream, what its next window waits for: ``[time µs or null, ordinal or null]``, or null for "cannot tell"
@@ -109,13 +103,13 @@ class ElementLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
         return True
 
     def _current(self, start: Offsets) -> Offsets:
-        return {name: log_end(directory, start.get(name, 0)) for name, directory in list_streams(self.root).items()}
+        return {name: log_end(directory, start.get(name, 0)) for name, directory in list_logs(self.root).items()}
 
     def initialOffset(self) -> Offsets:  # noqa: N802 (Spark's name)
         """All zeros (replay every log), or the current ends with ``startingOffsets=latest``."""
         if self.starting == "latest":
             return self._current({})
-        return {name: 0 for name in list_streams(self.root)}
+        return {name: 0 for name in list_logs(self.root)}
 
     def read(self, start: Offsets) -> tuple[Iterator[pa.RecordBatch], Offsets]:
         """The next batch: its records and end offset (``start`` and no record while no batch is due). A list's
@@ -175,7 +169,7 @@ class ElementLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
             if first != begin:
                 scanned, completes = begin, False
             if not completes and end > scanned:
-                completes = range_completes(self.root / name / LOG_DIRECTORY, scanned, end, hint[0], hint[1])
+                completes = range_completes(log_directory(self.root, name), scanned, end, hint[0], hint[1])
             self._scanned[name] = (begin, end, completes)
             if completes:
                 return True
@@ -205,11 +199,11 @@ class ElementLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
             if stop < begin:  # re-created log (see class doc)
                 begin = 0
             if stop > begin:
-                slices.append(LogSlice(name, str(self.root / name / LOG_DIRECTORY), begin, stop))
+                slices.append(LogSlice(name, str(log_directory(self.root, name)), begin, stop))
         return slices
 
     def read_slice(self, part: LogSlice) -> Iterator[pa.RecordBatch]:
-        return read_range(part.stream, Path(part.path), part.start, part.end)
+        return read_records(part.stream, Path(part.path), part.start, part.end)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to release: the logs belong to the store, which owns their retention."""

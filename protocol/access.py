@@ -12,8 +12,14 @@ A view that declares nothing is a write (**deny by default**): a new route needs
 says otherwise. ``decide`` functions read the request as the view reads it (``ParsedRequest``: the decoded query
 string and form, never raw bytes), so what the check sees is what the view does.
 
-- ``token``: writes need ``Authorization: Bearer <token>``: none → 401 (with ``WWW-Authenticate``), another →
-  403. Nothing is written either way: the check runs before the view, and reads no body but a form's.
+- ``token``: writes need ``Authorization: Bearer <token>``: none → 401 (with ``WWW-Authenticate``), a token this
+  server does not know → 401 with ``error="invalid_token"`` (RFC 6750 §3.1), a known token without the right to write
+  (a read token, another stream's) → 403 with ``error="insufficient_scope"``. Nothing is written either way: the
+  check runs before the view, and reads no body but a form's.
+- ``read_tokens`` (``--read-token``): every read needs one of them or the write token, with the same 401s and 403s,
+  unless the server is ``public`` or the read is of a stream marked ``public`` (its ``/streams/NAME…`` routes). Routes
+  declared ``@open_to_all`` (``/status``, the console's static files) and ``OPTIONS`` need nothing; a route that
+  declares nothing, or no route at all (a 404), is guarded like a read at least, so new routes are covered.
 - **per-stream write tokens** (``PUT /streams/NAME?write-token=…``, kept as a SHA-256): the writes a route marks
   with ``stream=`` (the stream's uploads, punctuations, reconfiguration and deletion) also accept that token, and
   need it when the server has none. ``check_stream_write`` applies the same rule where a view learns the stream
@@ -86,6 +92,13 @@ def reads_only(view: View) -> View:
     """Declare a route that only reads."""
     view.access = lambda _: READ  # type: ignore[attr-defined]
     return view
+
+
+def open_to_all(view: View) -> View:
+    """Declare a route that only reads and needs no read token either: it shows nothing of the data (``/status``'s
+    counts and names, the console's static files)."""
+    view.open_to_all = True  # type: ignore[attr-defined]
+    return reads_only(view)
 
 
 def writes(what: str, *, stream_token: bool = False) -> Callable[[View], View]:
@@ -174,6 +187,8 @@ def install(app: Flask, config: ServerConfig) -> None:
         g.access_need = need
         if need.write:
             _check_write(need)
+        elif not _needs_no_token(app, request.method):
+            _check_read(config)
         if not need.write and not g.access_trusted:  # a read that registers a window sequence is bounded
             client = request.remote_addr or ""
             g.access_registrar = windows.registrar.set(windows.Registrar(client, partial(
@@ -201,9 +216,66 @@ def _admit_sequence(client: str, limit: int, ref: str) -> None:
             {"Retry-After": str(int(windows.RETIRE_AFTER_SECONDS))})
 
 
+def _needs_no_token(app: Flask, method: str) -> bool:
+    """``OPTIONS`` (a browser's preflight carries no token) and the routes declared ``@open_to_all``."""
+    rule = request.url_rule
+    view = None if rule is None else app.view_functions.get(rule.endpoint)
+    return method == "OPTIONS" or bool(getattr(view, "open_to_all", False))
+
+
+def _check_read(config: ServerConfig) -> None:
+    """Refuse a read without a token that may read, on a server with read tokens that is not public: 401 without a
+    token or with one this server does not know, 403 with a stream's write token (it writes, it does not read)."""
+    if not config.read_tokens or config.public or _public_stream():
+        return
+    given = _bearer()
+    what = f"{request.method} {request.path}"
+    if not given:
+        raise HttpProblem(f"{what} reads this server: send Authorization: Bearer <token> with a read token or the "
+                          "write token", 401, {"WWW-Authenticate": f'Bearer realm="{REALM}"'})
+    if any(hmac.compare_digest(given.encode(), known.encode())
+           for known in (*config.read_tokens, *((config.token,) if config.token else ()))):
+        return
+    if _stream_token_of_any(given):
+        raise HttpProblem(f"the bearer token is a stream's write token, which does not read: {what} needs a read "
+                          "token or the server's write token", 403, _INSUFFICIENT_SCOPE)
+    raise _invalid_token()
+
+
+def _public_stream() -> bool:
+    """Whether the request is to a ``/streams/NAME…`` route of a stream marked public."""
+    rule = request.url_rule
+    name = (request.view_args or {}).get("name")
+    if rule is None or not rule.rule.startswith("/streams/<name>") or not isinstance(name, str):
+        return False
+    stream = services().streams.find(name)
+    return stream is not None and stream.config.public
+
+
+REALM = "concentrator"
+_INSUFFICIENT_SCOPE = {"WWW-Authenticate": f'Bearer realm="{REALM}", error="insufficient_scope"'}
+
+
+def _invalid_token() -> HttpProblem:
+    """RFC 6750 §3.1: a token the server does not know is a 401, so the client knows to get another."""
+    return HttpProblem("the bearer token is not one this server knows", 401, {
+        "WWW-Authenticate": f'Bearer realm="{REALM}", error="invalid_token", '
+                            'error_description="the token is not one this server knows"'})
+
+
+def _stream_token_of_any(given: str) -> bool:
+    """Whether ``given`` is the write token of some stream (a known token, so a refusal is 403, not 401)."""
+    digest = token_hash(given)
+    catalog = services().streams
+    return any(stream is not None and stream.config.write_token_sha256 is not None
+               and hmac.compare_digest(digest, stream.config.write_token_sha256)
+               for stream in map(catalog.find, catalog.names()))
+
+
 def _check_write(need: Need) -> None:
     """Refuse a write the server's mode or the request's bearer token does not allow: 403 on a read-only server,
-    else 401 without a token, 403 with another."""
+    else 401 without a token or with one the server does not know, 403 with a known token that may not write here
+    (a read token, another stream's write token)."""
     what = need.what or f"{request.method} {request.path}"
     config: ServerConfig = current_app.config["CONCENTRATOR"]
     if config.read_only:
@@ -215,13 +287,16 @@ def _check_write(need: Need) -> None:
     given = _bearer()
     if not given:
         raise HttpProblem(f"{what} changes the server: send Authorization: Bearer <token>", 401,
-                          {"WWW-Authenticate": 'Bearer realm="concentrator"'})
+                          {"WWW-Authenticate": f'Bearer realm="{REALM}"'})
     if token is not None and hmac.compare_digest(given.encode(), token.encode()):
         return
     if stream_token is not None and hmac.compare_digest(token_hash(given), stream_token):
         return
-    which = "this server's or this stream's" if stream_token is not None else "this server's"
-    raise HttpProblem(f"the bearer token is not {which} write token", 403)
+    if any(hmac.compare_digest(given.encode(), known.encode()) for known in config.read_tokens) \
+            or _stream_token_of_any(given):
+        which = "this server's or this stream's" if stream_token is not None else "this server's"
+        raise HttpProblem(f"the bearer token is not {which} write token: {what} needs it", 403, _INSUFFICIENT_SCOPE)
+    raise _invalid_token()
 
 
 def check_stream_write(stream: str, what: str) -> None:
@@ -247,7 +322,7 @@ def trusted() -> bool:
 def client_name() -> str:
     """Who the current request is, for per-client limits (queries running at once, ``engine.workers``): the holder of
     the server's write token wherever it connects from, else the remote address. Another bearer token names no one:
-    reads do not check tokens, and a made-up token per request would escape every per-client limit."""
+    a read token is shared by its readers, and a made-up token per request would escape every per-client limit."""
     return "the write token's holder" if trusted() else (request.remote_addr or "")
 
 

@@ -1,6 +1,9 @@
-"""Reading request bodies within limits, and the dataset parameters shared by the protocols."""
+"""Reading request bodies within limits (text, a JSON object), and the dataset parameters shared by the protocols."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from flask import current_app, request
 
@@ -22,6 +25,18 @@ def text_body(what: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise BadRequest(f"the {what} is not valid UTF-8 (byte {error.start})") from None
+
+
+def json_object_body(what: str, shape: str) -> dict[str, Any]:
+    """The request body as a JSON object (an empty body: ``{}``); 400 when it is not JSON or not an object, ``shape``
+    saying what it should be (e.g. ``': {"topic": …}'``)."""
+    try:
+        body = json.loads(text_body(what) or "{}")
+    except ValueError as error:
+        raise BadRequest(f"the {what} is not JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"the {what} is a JSON object{shape}")
+    return body
 
 
 def upload_limit() -> int | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from flask import Blueprint, Response, send_from_directory
 
-from protocol.access import reads_only
+from protocol.access import open_to_all
 from protocol.errors import NotFound
 from protocol.parameters import reads
 
@@ -28,7 +28,7 @@ SECURITY_HEADERS = {
 
 
 @bp.route("/", methods=["GET"])
-@reads_only
+@open_to_all
 @reads()
 def home() -> Response:
     """A page that links to the console, /status, /metrics and the stream list."""
@@ -36,14 +36,14 @@ def home() -> Response:
 
 
 @bp.route("/console", methods=["GET"])
-@reads_only
+@open_to_all
 @reads()
 def console() -> Response:
     return _file("index.html")
 
 
 @bp.route("/console/<name>", methods=["GET"])
-@reads_only
+@open_to_all
 @reads()
 def asset(name: str) -> Response:
     if name not in ASSETS:

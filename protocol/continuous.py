@@ -49,7 +49,7 @@ from delivery.feeds import (
     stateless,
     windows_items,
 )
-from delivery.results import kind_of, producer
+from delivery.results import PinnedQuery, kind_of, producer
 from delivery.subscriptions import Registration, Registrations
 from protocol.errors import BadRequest
 from protocol.packaging import WEBSOCKET, Packager, choose
@@ -181,9 +181,21 @@ class Plan:
     steps: Callable[[float], Iterator[Step]] | None = None
 
 
-def continuous_plan(stream: Stream, windows: str, query: str | None, websocket: bool = False) -> Plan:
+@dataclass(frozen=True)
+class Registered:
+    """A registered query's results (protocol/queries.py): its evaluation, the sequence it follows and its report
+    policy and operator, in place of the request's ``query=``, ``sequence=``, ``report=`` and ``operator=``."""
+
+    pinned: PinnedQuery
+    sequence: str
+    report: str
+    operator: str
+
+
+def continuous_plan(stream: Stream, windows: str, query: str | None, websocket: bool = False,
+                    registered: Registered | None = None) -> Plan:
     """The subscription and headers of a continuous response to this request (``websocket``: one JSON message per
-    window, over a WebSocket at the same IRI, see ``protocol.websocket``)."""
+    window, over a WebSocket at the same IRI, see ``protocol.websocket``; ``registered``: a registered query's)."""
     ref = parse_window_ref(windows)
     base = request.host_url.rstrip("/")
     evaluator = services().evaluator.with_local_bases([base])
@@ -193,12 +205,16 @@ def continuous_plan(stream: Stream, windows: str, query: str | None, websocket: 
     else:
         packaging, media_type = choose(kind, request.headers.get("Accept"), request.args.get("packaging"),
                                        request.args.get("format"))
-    spec = parse_report(request.args.get("report"), request.args.get("operator"))
+    if registered is None:
+        spec = parse_report(request.args.get("report"), request.args.get("operator"))
+    else:
+        spec = parse_report(registered.report, registered.operator)
     resumed = requested_start(request.args, request.headers.get("Last-Event-ID"), packaging)
-    sequence = subscribed_sequence(stream, ref, request.args.get("sequence"), resumed is not None)
+    sequence = subscribed_sequence(stream, ref, registered.sequence if registered else request.args.get("sequence"),
+                                   resumed is not None)
     packager = Packager(packaging, media_type)
     produce = producer(stream, query, evaluator, request.base_url, spec, media_type,
-                       services().window_results)
+                       services().window_results, registered.pinned if registered else None)
     registration = registration_for(stream, ref, packager, request.remote_addr or "", sequence)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Window-Sequence": sequence.id,
                "Report-Policy": ",".join(sorted(p.value for p in spec.policies)),
@@ -252,11 +268,12 @@ class _SharedWindows:
             yield step
 
 
-def continuous_response(stream: Stream, windows: str, query: str | None) -> Response:
+def continuous_response(stream: Stream, windows: str, query: str | None, registered: Registered | None = None
+                        ) -> Response:
     if request.args.get("packaging") == WEBSOCKET:
         raise BadRequest("packaging=websocket: open a WebSocket to this IRI instead (an HTTP Upgrade request, e.g. "
                          "new WebSocket('ws://…/streams/NAME?WINDOWS=R/…') in a browser)")
-    plan = continuous_plan(stream, windows, query)
+    plan = continuous_plan(stream, windows, query, registered=registered)
     if plan.subscription is None or plan.steps is None:
         return Response(status=204, headers=plan.headers)
     followed = followed_body(plan.subscription, plan.packager, services().continuous,

@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 
 
 class HttpProblem(ConcentratorError):
-    """A protocol-level error: bad parameters, wrong method, unsupported media type…"""
+    """A protocol-level error: bad parameters, a wrong method, an unacceptable ``Accept``… (an unsupported media type
+    is ``store.errors.UnsupportedMediaType``, whichever layer finds it)."""
 
     status_hint = 400
 
@@ -48,10 +49,6 @@ class Gone(HttpProblem):
     """What was asked for existed once and is no longer kept (e.g. a resume point past retention)."""
 
     status_hint = 410
-
-
-class UnsupportedMediaType(HttpProblem):
-    status_hint = 415
 
 
 class MethodNotAllowed(HttpProblem):
@@ -101,4 +98,8 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(HTTPException)
     def _http(error: HTTPException) -> Response:
-        return Response(f"{error.name}: {error.description}\n", status=error.code or 500, mimetype="text/plain")
+        response = Response(f"{error.name}: {error.description}\n", status=error.code or 500, mimetype="text/plain")
+        for name, value in error.get_headers():  # a 405's Allow (RFC 9110 §15.5.6), …
+            if name.lower() != "content-type":
+                response.headers[name] = value
+        return response

@@ -2,7 +2,8 @@
 
 Status codes follow the specification (and Oxigraph): PUT that creates a graph → 201, that
 replaces one → 204; POST that creates → 201 (with Location when the server names the graph);
-DELETE or GET of a missing graph → 404; both ``default`` and ``graph`` → 400.
+DELETE or GET of a missing graph → 404; both ``default`` and ``graph`` → 400. PATCH (a SPARQL Update), revision
+ranges and Dydra's pseudo-graphs are ``gsp_dydra``'s.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import tempfile
 import uuid
 
 from flask import Blueprint, Response, request
-from pyoxigraph import DefaultGraph, NamedNode, RdfFormat, serialize
+from pyoxigraph import DefaultGraph, NamedNode, RdfFormat
 from werkzeug.datastructures import FileStorage
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from protocol import memento
+from protocol import gsp_dydra, memento
 from protocol.access import READ, Need, needs
 from protocol.bodies import revision_parameter, upload_limit
-from protocol.errors import BadRequest, NotAcceptable, UnsupportedMediaType
+from protocol.errors import BadRequest, NotAcceptable
 from protocol.negotiation import (
     BODY_FORMATS,
     DATASET_FORMATS,
@@ -30,11 +31,12 @@ from protocol.negotiation import (
 from protocol.parameters import reads
 from protocol.responses import empty_response, revision_headers, spooled_response
 from protocol.services import services
-from store import BodyTooLarge, GraphNotFound, RevisionedDataset, StagedQuads
+from sparql_ext.revision import parse_revision_range
+from store import BodyTooLarge, GraphNotFound, RevisionedDataset, StagedQuads, UnsupportedMediaType
 from store.terms import GraphName, graph_to_text, named_node
 
 bp = Blueprint("gsp", __name__)
-METHODS = ["GET", "HEAD", "PUT", "POST", "DELETE"]
+METHODS = ["GET", "HEAD", "PUT", "POST", "DELETE", "PATCH"]
 
 
 def _dataset() -> RevisionedDataset:
@@ -53,6 +55,8 @@ def _target(subpath: str | None) -> GraphName | None:
         raise BadRequest("give either 'default' or 'graph', not both")
     if len(graphs) > 1:
         raise BadRequest("'graph' is given more than once; a request addresses one graph")
+    if graphs and graphs[0] in (gsp_dydra.ALL, gsp_dydra.DEFAULT):  # Dydra's names: the dataset, the default graph
+        return None if graphs[0] == gsp_dydra.ALL else DefaultGraph()
     if graphs:
         return named_node(graphs[0], "graph")
     return DefaultGraph() if has_default else None
@@ -63,17 +67,23 @@ def _target(subpath: str | None) -> GraphName | None:
 @needs(lambda parsed: READ if parsed.method in ("GET", "HEAD") else Need(True, what=f"Graph Store {parsed.method}"))
 @reads("default", "graph", "revision-id")
 def graph_store(subpath: str | None = None) -> Response:
+    method = gsp_dydra.method()
+    answered = None if subpath is not None else gsp_dydra.view(method)  # urn:dydra:named, timemap, …
+    if answered is not None:
+        return answered
     target = _target(subpath)
-    if request.method in ("GET", "HEAD"):
+    if method in ("GET", "HEAD"):
         return _get(target)
     if request.args.get("revision-id"):
         raise BadRequest("revision-id selects a revision to read; writes always apply to HEAD")
-    if request.method == "DELETE":
+    if method == "PATCH":
+        return gsp_dydra.patch(target, target.value if isinstance(target, NamedNode) else request.base_url)
+    if method == "DELETE":
         if target is None:
-            raise BadRequest("DELETE needs a graph: add ?default or ?graph=IRI")
+            return gsp_dydra.delete_all()
         commit = _dataset().delete_graph(target, "gsp-delete")
         return empty_response(204, revision_headers(commit.revision))
-    if request.method == "PUT":
+    if method == "PUT":
         return _put(target)
     return _post(target)
 
@@ -81,33 +91,35 @@ def graph_store(subpath: str | None = None) -> Response:
 def _get(target: GraphName | None) -> Response:
     dataset = _dataset()
     accept = request.headers.get("Accept")
-    formats = DATASET_FORMATS if target is None else GRAPH_FORMATS
+    formats = gsp_dydra.QUAD_FORMATS if target is None else {**GRAPH_FORMATS, **DATASET_FORMATS}
     original = memento.original_url()
     if best_media_type(accept, [*formats, memento.LINK_FORMAT]) == memento.LINK_FORMAT:
         return memento.timemap_response(original, memento.dataset_mementos(dataset, original) if target is None
                                         else memento.graph_mementos(dataset, target, original))
     designator = revision_parameter()
+    if designator is not None and parse_revision_range(designator) is not None:
+        return gsp_dydra.range_response(target, designator)
     wanted = memento.accept_datetime() if designator is None else None
     selected = None if wanted is None else memento.select_revision(dataset, target, wanted, original)
     ordinal = selected.ordinal if selected is not None else dataset.resolve(designator)
     spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
     if target is None:
-        mimetype = best_media_type(accept, list(DATASET_FORMATS))
+        mimetype = best_media_type(accept, list(formats))
         if mimetype is None:
-            raise NotAcceptable("the whole dataset is available as: " + ", ".join(DATASET_FORMATS)
+            raise NotAcceptable("the whole dataset is available as: " + ", ".join(formats)
                                 + f", and its TimeMap as {memento.LINK_FORMAT}")
         with dataset.reading(ordinal) as store:
-            store.dump(spool, DATASET_FORMATS[mimetype])
+            store.dump(spool, formats[mimetype])
     else:
-        mimetype = best_media_type(accept, list(GRAPH_FORMATS))
-        if mimetype is None:
-            raise NotAcceptable("a graph is available as: " + ", ".join(GRAPH_FORMATS)
+        mimetype = best_media_type(accept, list(formats))
+        if mimetype is None:  # N-Quads and TriG name the graph (Dydra's scripts ask for N-Quads)
+            raise NotAcceptable("a graph is available as: " + ", ".join(formats)
                                 + f", and its TimeMap as {memento.LINK_FORMAT}")
         quads = dataset.graph_quads(target, ordinal)
         if quads is None:
             at = "" if ordinal is None else f" at revision {ordinal}"
             raise GraphNotFound(f"graph {graph_to_text(target)} does not exist{at}")
-        serialize((q.triple for q in quads), spool, GRAPH_FORMATS[mimetype])
+        gsp_dydra.serialize_graph(quads, spool, formats[mimetype])
     revision = dataset.revision(dataset.head if ordinal is None else ordinal)
     headers = revision_headers(revision) if revision else {}
     if selected is not None:  # Accept-Datetime: this resource is its own TimeGate

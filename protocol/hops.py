@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from flask import Flask, g, request
 
-from engine.evaluation import HOPS_HEADER, MAX_SERVICE_HOPS, service_hops
+from engine.remote import HOPS_HEADER, MAX_SERVICE_HOPS, service_hops
 from protocol.errors import BadRequest
 
 

@@ -23,12 +23,11 @@ from sparql_ext.errors import InstantSyntaxError
 from sparql_ext.windowing import to_micros
 from store import ldes
 from store.errors import PageNotFound
+from store.formats import LDES_FORMATS
 from store.stream import Stream
 
 bp = Blueprint("ldes", __name__)
 
-FORMATS = {"application/trig": RdfFormat.TRIG, "application/n-quads": RdfFormat.N_QUADS,
-           "application/ld+json": RdfFormat.JSON_LD}
 IMMUTABLE = "public, max-age=31536000, immutable"
 MUTABLE = "max-age=1"
 
@@ -66,9 +65,9 @@ def _names(stream: Stream) -> ldes.Names:
 
 
 def _media_type() -> str:
-    chosen = best_media_type(request.headers.get("Accept"), list(FORMATS))
+    chosen = best_media_type(request.headers.get("Accept"), list(LDES_FORMATS))
     if chosen is None:
-        raise NotAcceptable("an LDES page is available as " + ", ".join(FORMATS))
+        raise NotAcceptable("an LDES page is available as " + ", ".join(LDES_FORMATS))
     return chosen
 
 
@@ -92,10 +91,10 @@ def _answer(document: bytes, tag: str, cache: str) -> Response:
     mimetype = _media_type()
     etag = _etag(tag)
     assert etag is not None
-    if request.if_none_match.contains(etag):
+    if request.if_none_match.contains_weak(etag):  # RFC 9110 §13.1.2: weak comparison (a gzipped copy is W/)
         return _not_modified(etag, cache)
-    if FORMATS[mimetype] != RdfFormat.TRIG:  # the document is TriG (pyoxigraph's own): rewritten, labels kept
-        document = serialize(parse(document, RdfFormat.TRIG, rename_blank_nodes=False), format=FORMATS[mimetype]) \
+    if LDES_FORMATS[mimetype] != RdfFormat.TRIG:  # the document is TriG (pyoxigraph's own): rewritten, labels kept
+        document = serialize(parse(document, RdfFormat.TRIG, rename_blank_nodes=False), format=LDES_FORMATS[mimetype]) \
             or b""
     response = Response(document, mimetype=mimetype, headers={"Cache-Control": cache, "Vary": "accept"})
     response.set_etag(etag)

@@ -133,6 +133,11 @@ def select_revision(dataset: RevisionedDataset, target: GraphName | None, wanted
         return revision_memento(original, revision)
     candidates = [m for m in graph_mementos(dataset, target, original) if m.at <= wanted]
     if candidates:
+        # the graph may have been deleted since its last change: then it did not exist at that moment, the answer
+        # revision-id= gives for the same moment (a deletion is no memento of the graph)
+        at = dataset.resolve(from_micros(wanted).isoformat())
+        if at is not None and dataset.graph_quads(target, at) is None:
+            raise GraphNotFound(f"graph {graph_to_text(target)} does not exist at revision {at}")
         return candidates[-1]
     oldest = dataset.revision(dataset.oldest_readable)
     if oldest is not None and to_micros(oldest.committed_at) > wanted:

@@ -1,4 +1,4 @@
-"""The query parameters each endpoint reads, and near misses of them (issue 12).
+"""The query parameters each endpoint reads, and near misses of them.
 
 An unknown parameter is ignored (SPARQL clients send their own extras: ``format=``, ``output=``…), unless it is a
 **near miss** of one the endpoint reads: the same name in another case, or one edit away (a letter missing, added,

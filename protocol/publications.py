@@ -1,6 +1,6 @@
 """``/streams/{name}/publications/{publication}``: publish a stream's window results, or its elements, to an MQTT
 topic (docs/connectors.md, "MQTT out"); the publishing is ``connectors.mqtt_out``'s, reached through
-``services().connectors``.
+``services().mqtt``.
 
 - ``PUT`` with a JSON body ``{"topic": …, "windows": "R/…", "query": …, "format": …, "report": …, "operator": …,
   "retain": false}``: one message per window result (the query over each window, as a continuous response with
@@ -12,7 +12,6 @@ topic (docs/connectors.md, "MQTT out"); the publishing is ``connectors.mqtt_out`
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
@@ -20,7 +19,7 @@ from flask import Blueprint, Response, jsonify, request
 from delivery.publications import Publication, PublicationRegistry
 from delivery.results import kind_of
 from protocol.access import reads_only, writes
-from protocol.bodies import text_body
+from protocol.bodies import json_object_body
 from protocol.errors import BadRequest, HttpProblem, NotAcceptable
 from protocol.negotiation import body_media_type
 from protocol.packaging import OFFERED
@@ -29,6 +28,7 @@ from protocol.services import services
 from protocol.stream_params import mqtt_topic_filter
 from sparql_ext.reporting import ReportPolicy, parse_report
 from sparql_ext.windowref import parse_window_ref
+from store.errors import UnsupportedMediaType
 from store.streams import check_stream_name
 
 bp = Blueprint("publications", __name__)
@@ -37,7 +37,7 @@ FIELDS = ("topic", "windows", "query", "format", "report", "operator", "retain")
 
 
 def registry() -> PublicationRegistry:
-    found = services().connectors.publications
+    found = services().mqtt.publications
     if found is None:
         raise HttpProblem("this server has no MQTT broker to publish to: start it with serve --mqtt mqtt://HOST:PORT",
                           409)
@@ -82,14 +82,9 @@ def put_publication(name: str, publication: str) -> Response:
 def _body() -> dict[str, Any]:
     mimetype, _ = body_media_type(request.headers.get("Content-Type"))
     if mimetype != "application/json":
-        raise HttpProblem("a publication is a JSON object sent with Content-Type: application/json, e.g. "
-                          '{"topic": "ward/hr", "windows": "R/HEAD/PT05M/PT01M"}', 415)
-    try:
-        body = json.loads(text_body("publication") or "{}")
-    except ValueError as error:
-        raise BadRequest(f"the publication is not JSON: {error}") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the publication is a JSON object: {\"topic\": …, \"windows\": …}")
+        raise UnsupportedMediaType("a publication is a JSON object sent with Content-Type: application/json, e.g. "
+                                   '{"topic": "ward/hr", "windows": "R/HEAD/PT05M/PT01M"}')
+    body = json_object_body("publication", ': {"topic": …, "windows": …}')
     unknown = sorted(set(body) - set(FIELDS))
     if unknown:
         raise BadRequest(f"unknown publication field(s) {unknown}: use {', '.join(FIELDS)}")

@@ -1,5 +1,5 @@
-"""Where a continuous response starts, and resuming one where a previous response stopped (issue 6;
-docs/continuous.md, "Resuming").
+"""Where a continuous response starts, and resuming one where a previous response stopped
+(docs/continuous.md, "Resuming").
 
 - ``after=N``: the response sends windows N+1, N+2, … of the sequence: those already materialized are replayed
   from the window log, then it goes on live. The stream operator's previous window is the one an uninterrupted

@@ -24,13 +24,14 @@ from flask import Blueprint, Response, jsonify, request
 from delivery.publications import PublicationRegistry, rule_publication
 from protocol.access import check_stream_write, reads_only, writes
 from protocol.bodies import text_body
-from protocol.errors import BadRequest, HttpProblem, UnsupportedMediaType
+from protocol.errors import BadRequest, HttpProblem
 from protocol.parameters import name_list, near_miss, reads
 from protocol.services import services
 from protocol.stream_params import mqtt_topic_filter
 from rules.analysis import output_stream_name
 from rules.registry import Rule, RuleRegistry, RuleSpec
 from sparql_ext.errors import ConcentratorError
+from store.errors import UnsupportedMediaType
 
 bp = Blueprint("rules", __name__)
 
@@ -93,14 +94,14 @@ def list_rules() -> Response:
 def put_rule(name: str) -> Response:
     content_type = (request.mimetype or "").lower()
     if content_type != "application/sparql-query":
-        raise HttpProblem("a rule is sent as the body with Content-Type: application/sparql-query", 415)
+        raise UnsupportedMediaType("a rule is sent as the body with Content-Type: application/sparql-query")
     output = request.args.get("output")
     if not output:
         raise HttpProblem("output= is required: the output stream's name or URL", 400)
     text = request.get_data(as_text=True)
     base = request.host_url.rstrip("/")
     publish = request.args.get("publish") or None
-    publications = services().connectors.publications
+    publications = services().mqtt.publications
     _check_publish(publish, "publish=")
     previous = _registry().find(name)
     _check_outputs([(name, output, previous)], base)
@@ -124,7 +125,7 @@ BULK_FIELDS = {"name": True, "query": True, "output": True, "report": False, "op
 def put_rules() -> Response:
     if (request.mimetype or "").lower() != "application/json":
         raise UnsupportedMediaType('rules are sent as {"rules": [{"name": …, "query": …, "output": …}, …]} with '
-                                   "Content-Type: application/json", 415)
+                                   "Content-Type: application/json")
     try:
         body = json.loads(text_body("rules"))
     except ValueError as error:
@@ -138,7 +139,7 @@ def put_rules() -> Response:
     previous = {spec.name: registry.find(spec.name) for spec in specs}
     _check_outputs([(spec.name, spec.output, previous[spec.name]) for spec in specs], base)
     made = registry.put_many(specs)
-    publications = services().connectors.publications
+    publications = services().mqtt.publications
     if publications is not None:
         for (rule, _), spec in zip(made, specs, strict=True):
             _follow_publish(publications, rule.name, rule.output, spec.publish, base, previous[spec.name])
@@ -188,7 +189,7 @@ def _check_publish(topic: str | None, where: str) -> None:
     if topic is None:
         return
     mqtt_topic_filter(topic, "publish", wildcards=False)
-    if services().connectors.publications is None:
+    if services().mqtt.publications is None:
         raise HttpProblem(f"{where}: this server has no MQTT broker: start it with serve --mqtt mqtt://HOST:PORT", 409)
 
 
@@ -210,7 +211,7 @@ def delete_rule(name: str) -> Response:
     rule = _registry().get(name)
     _check_outputs([(name, None, rule)], rule.base)
     _registry().delete(name)
-    publications = services().connectors.publications
+    publications = services().mqtt.publications
     if publications is not None:
         _follow_publish(publications, name, rule.output, None, "", rule)
     return Response(status=204)

@@ -1,5 +1,6 @@
-"""What the HTTP layer serves, in one typed object: built once by the composition root
-(``concentrator.compose``) and handed to ``create_app(config, services)``; views reach it with ``services()``.
+"""What the HTTP layer serves, in one typed object: built by the composition root only (``concentrator.compose``,
+``open_services``; ``tests/test_imports.py`` checks it) and handed to ``create_app(config, services)``; views reach it
+with ``services()``.
 
 The continuous responses running now (``Registrations``) and the window results they share (``SharedResults``)
 live here too: they are the HTTP layer's own state.
@@ -12,9 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import requests
 from flask import Flask, current_app
 
 from delivery.fanout import Fanout
@@ -23,7 +23,7 @@ from delivery.results import SharedResults
 from delivery.subscriptions import Registrations
 from engine.budget import DEFAULT_PROCESSES, QueryLimits, in_flight_bound
 from engine.errors import EvaluationStopped, QueryBudgetExceeded
-from engine.evaluation import ExtendedEvaluator, HttpSession
+from engine.evaluation import ExtendedEvaluator
 from engine.snapshots import Snapshots
 from engine.workers import QueryPool
 from rules.event_rules import EventRules
@@ -54,6 +54,9 @@ class ServerConfig:
     queries_per_client: int = 4  # queries a client may have running or waiting; beyond it 429
     query_queue: int = 64  # queries that may wait for a busy worker; beyond it 503
     request_threads: int = 16  # the server's --threads: queries in flight leave some free (engine.workers)
+    read_tokens: tuple[str, ...] = ()  # reads need one of these or the write token (protocol/access.py)
+    public: bool = False  # serve --public: reads open to anyone on purpose (cli: off-loopback, this or a read token)
+    cors_origins: tuple[str, ...] = ()  # origins a browser may call from ('*': any; protocol/cors.py)
 
 
 @dataclass
@@ -92,17 +95,17 @@ class QueryStats:
                 "stopped_budget": self.stopped_budget, **pool}
 
 
-def _no_connectors() -> dict[str, object]:
+def _no_broker() -> dict[str, object]:
     return {"broker": None}
 
 
 @dataclass
-class Connectors:
-    """The transports other than HTTP that the composition root started (``serve --mqtt``): the broker's address
-    (None: none), their status for ``/status``, and the MQTT publications."""
+class MqttService:
+    """What the HTTP layer reaches of MQTT, which the composition root started (``serve --mqtt``): the broker's
+    address (None: none), the connector's status for ``/status``, and the publications."""
 
     broker: str | None = None
-    status: Callable[[], dict[str, object]] = _no_connectors
+    status: Callable[[], dict[str, object]] = _no_broker
     publications: PublicationRegistry | None = None
 
 
@@ -120,31 +123,15 @@ class Services:
     rules: RuleRegistry
     pipeline_status: Callable[[], dict[str, object]] = _not_running
     executors_status: Callable[[], dict[str, object]] = _not_running  # rules in Spark executors (rules.tasks)
-    connector_status: Callable[[], dict[str, object]] = dict  # what feeds streams besides uploads (LDES followers)
+    ldes_followers_status: Callable[[], dict[str, object]] = dict  # per stream following an LDES (connectors.ldes)
     continuous: Registrations = field(default_factory=Registrations)  # the continuous responses running now
     window_results: SharedResults[Any] = field(default_factory=SharedResults)  # shared by continuous responses
-    connectors: Connectors = field(default_factory=Connectors)  # MQTT (serve --mqtt), set by the composition root
+    mqtt: MqttService = field(default_factory=MqttService)  # serve --mqtt: set by the composition root
     event_rules: EventRules | None = None  # the workers of rules with MATCH (fired per element, no pipeline needed)
     framing: FramingProcesses = field(default_factory=lambda: FramingProcesses(0))  # uploads' large segments
     queries: QueryStats = field(default_factory=QueryStats)  # queries being evaluated for clients
     fanout: Fanout | None = None  # holds continuous responses' connections without a thread each (a server's)
     connections: Callable[[], dict[str, Any]] = dict  # the HTTP server's connections and threads (set by it)
-
-    @classmethod
-    def open(cls, config: ServerConfig) -> Services:
-        """The dataset, the streams, the evaluator and the rules of ``config.data_dir``, without a pipeline (tests,
-        and the parts ``concentrator.compose`` adds the pipeline and rule firing to)."""
-        dataset = RevisionedDataset(config.data_dir, in_memory=config.in_memory, retention=config.retention)
-        streams = StreamCatalog(config.data_dir / "streams", in_memory=config.in_memory)
-        allow = None if config.service_allow is None else frozenset(config.service_allow)
-        http = cast(HttpSession, requests.Session())  # what the evaluator uses of it (engine imports no HTTP library)
-        evaluator = ExtendedEvaluator(dataset, streams, list(config.base_urls), http, allow_hosts=allow)
-        rules = RuleRegistry(config.data_dir / "rules", evaluator)
-        registrations = Registrations()
-        return cls(dataset, streams, evaluator, rules, event_rules=EventRules(rules),
-                   framing=FramingProcesses(config.framing_processes), continuous=registrations,
-                   queries=QueryStats(pool=query_pool(config, dataset)),
-                   fanout=Fanout(registrations))
 
     def close(self) -> None:
         self.queries.pool.close()  # first: its workers read snapshots of the dataset

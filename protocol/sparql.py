@@ -15,12 +15,14 @@ from werkzeug.datastructures import MultiDict
 
 from engine import plain
 from engine.budget import Budget
-from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.context import QueryTarget
+from engine.evaluation import ExtendedEvaluator
 from engine.query_process import QueryTask
-from engine.results import ConstructedQuads, ConstructedTriples
+from engine.results import ConstructedQuads, ConstructedTriples, drained
+from protocol import service_description
 from protocol.access import READ, Need, ParsedRequest, client_name, ensure_write, needs
 from protocol.bodies import text_body
-from protocol.errors import BadRequest, MethodNotAllowed, NotAcceptable, UnsupportedMediaType
+from protocol.errors import BadRequest, MethodNotAllowed, NotAcceptable
 from protocol.negotiation import (
     DATASET_FORMATS,
     GRAPH_FORMATS,
@@ -34,7 +36,8 @@ from protocol.responses import empty_response, gunicorn_client_gone, revision_he
 from protocol.services import services
 from sparql_ext import QuerySyntaxError, parse_events, parse_extended
 from sparql_ext.lexer import check_raw_nesting
-from store import RevisionedDataset
+from sparql_ext.modifiers import silence_query, silence_update, slice_query
+from store import RevisionedDataset, UnsupportedMediaType
 from store.terms import named_node
 
 bp = Blueprint("sparql", __name__)
@@ -79,8 +82,9 @@ def read_sparql_request() -> SparqlRequest:
             raise UnsupportedMediaType(
                 f"Content-Type {mimetype!r} is not a SPARQL Protocol body: use {FORM}, "
                 "application/sparql-query or application/sparql-update")
-    elif request.method != "GET":
-        raise MethodNotAllowed(f"{request.method} is not a SPARQL Protocol method: use GET or POST")
+    elif request.method not in ("GET", "HEAD"):
+        raise MethodNotAllowed(f"{request.method} is not a SPARQL Protocol method: use GET or POST",
+                               headers={"Allow": ", ".join(METHODS)})
     queries, updates = params.getlist("query"), params.getlist("update")
     if body_text is not None:
         (queries if body_text[0] == "query" else updates).append(body_text[1])
@@ -95,14 +99,39 @@ def read_sparql_request() -> SparqlRequest:
     timeouts = params.getlist("timeout")
     if len(timeouts) > 1:
         raise BadRequest("timeout is given more than once; give the query's budget once")
+    silent = silent_header()
     if updates:
         if revisions and revisions[0]:
             raise BadRequest("revision-id selects a revision to read; updates always apply to HEAD")
-        return SparqlRequest("update", updates[0], params.getlist("using-graph-uri"),
-                             params.getlist("using-named-graph-uri"))
-    return SparqlRequest("query", queries[0], params.getlist("default-graph-uri"),
+        return SparqlRequest("update", silence_update(updates[0]) if silent else updates[0],
+                             params.getlist("using-graph-uri"), params.getlist("using-named-graph-uri"))
+    text = slice_query(queries[0], *response_slice(params))
+    return SparqlRequest("query", silence_query(text) if silent else text, params.getlist("default-graph-uri"),
                          params.getlist("named-graph-uri"), revisions[0] if revisions else None,
                          timeouts[0] if timeouts else None)
+
+
+def response_slice(params: MultiDict[str, str]) -> tuple[int | None, int | None]:
+    """``limit=`` (or its other name ``response-limit=``) and ``offset=``: whole numbers, 0 or more, each given once."""
+    found: dict[str, int | None] = {}
+    for names in (("limit", "response-limit"), ("offset",)):
+        given = [(name, value) for name in names for value in params.getlist(name)]
+        if len(given) > 1:
+            raise BadRequest(f"{' or '.join(names)} is given more than once; give it once")
+        if given and not given[0][1].isdigit():
+            raise BadRequest(f"{given[0][0]}={given[0][1]!r}: give a whole number, 0 or more")
+        found[names[0]] = int(given[0][1]) if given else None
+    return found["limit"], found["offset"]
+
+
+def silent_header() -> bool:
+    """The ``Silent`` header: ``true`` makes SERVICE and the update operations that take it SILENT."""
+    value = request.headers.get("Silent")
+    if value is None or value.strip().lower() == "false":
+        return False
+    if value.strip().lower() == "true":
+        return True
+    raise BadRequest(f"Silent: {value!r}: give true or false")
 
 
 def _iris(values: list[str], parameter: str) -> list[NamedNode]:
@@ -119,11 +148,16 @@ def sparql_need(parsed: ParsedRequest) -> Need:
     return Need(True, what=f"{parsed.method} /sparql")
 
 
-@bp.route("/sparql", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+METHODS = ("GET", "HEAD", "POST", "OPTIONS")  # Flask adds HEAD and OPTIONS; any other method: 405 with Allow
+
+
+@bp.route("/sparql", methods=["GET", "POST"])
 @needs(sparql_need)
 @reads("query", "update", "default-graph-uri", "named-graph-uri", "using-graph-uri", "using-named-graph-uri",
-       "revision-id", "timeout")
+       "revision-id", "timeout", "limit", "offset", "response-limit")
 def sparql_endpoint() -> Response:
+    if request.method in ("GET", "HEAD") and "query" not in request.args and "update" not in request.args:
+        return _described()
     operation = read_sparql_request()
     if operation.kind == "update":
         ensure_write("SPARQL Update")
@@ -132,6 +166,17 @@ def sparql_endpoint() -> Response:
             using=operation.default_graphs, using_named=operation.named_graphs)
         return empty_response(204, revision_headers(commit.revision))
     return evaluate_query(operation)
+
+
+def _described() -> Response:
+    """The endpoint's service description (SPARQL 1.1 Service Description §2), in the RDF format ``Accept`` prefers."""
+    media_type = best_media_type(request.headers.get("Accept"), list(service_description.OFFERED))
+    if media_type is None:
+        raise NotAcceptable("GET /sparql without a query answers the service description, available as: "
+                            + ", ".join(service_description.OFFERED) + "; give query= to ask a query")
+    body = service_description.serialized(service_description.service_description(request.base_url, _dataset()),
+                                          media_type)
+    return Response(body, content_type=f"{media_type}; charset=utf-8", headers={"Vary": "Accept"})
 
 
 def evaluate_query(operation: SparqlRequest) -> Response:
@@ -231,9 +276,10 @@ def _serialized(result: Any, budget: Budget, stop: Callable[[], bool]) -> tuple[
     try:
         if budget.expired():  # an extended query's evaluation before its first result took it all
             raise budget.exceeded()
-        return spool, _write_result(result, spool, stop)
+        return spool, drained(result, lambda solutions: _write_result(solutions, spool, stop))
     except BaseException:
         spool.close()
+        del result  # the error must not keep pyoxigraph's result (engine.results.drained)
         raise
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify
 from prometheus_client import ProcessCollector
 
-from protocol.access import reads_only
+from protocol.access import open_to_all
 from protocol.errors import refused_counts
 from protocol.parameters import name_list, reads
 from protocol.rules import rule_json
@@ -21,7 +21,7 @@ bp = Blueprint("status", __name__)
 
 
 @bp.route("/status", methods=["GET"])
-@reads_only
+@open_to_all
 @reads("sections")
 def status() -> Response:
     sections = name_list("sections", SECTIONS, "status section")
@@ -56,11 +56,12 @@ SECTIONS: dict[str, Callable[[Services, ServerConfig], Any]] = {
     # running, waiting for a query process, stopped (client gone, budget), refused; the query processes
     "queries": lambda served, _: served.queries.status(),
     "continuous_window_results": lambda served, _: served.window_results.status(),
-    "connectors": lambda served, _: served.connector_status(),  # streams following an LDES: pages, members, errors
-    "mqtt": lambda served, _: served.connectors.status(),  # per stream and topic: messages, elements, lag, …
+    "connectors": lambda served, _: {"ldes": served.ldes_followers_status()},  # following an LDES: pages, members, …
+    "mqtt": lambda served, _: served.mqtt.status(),  # per stream and topic: messages, elements, lag, …
     "process": lambda served, _: process_status(),
     # what a client (the console) needs to know before it writes: docs/access.md
-    "access": lambda _, config: {"token_required": config.token is not None, "read_only": config.read_only},
+    "access": lambda _, config: {"token_required": config.token is not None, "read_only": config.read_only,
+                                 "read_token_required": bool(config.read_tokens) and not config.public},
 }
 
 

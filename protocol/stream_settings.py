@@ -1,23 +1,21 @@
 """A stream's configuration and description as the HTTP surface gives them: the settings of ``PUT /streams/{name}``
-(checked whole before anything changes: docs/streams.md, docs/connectors.md) and the JSON of ``GET /streams/{name}``
-and of its window listings."""
+(``SETTINGS``, the one list of them: docs/streams.md, docs/connectors.md; each value read before anything changes)
+and the JSON of ``GET /streams/{name}`` and of its window listings."""
 
 from __future__ import annotations
 
-import uuid
-from urllib.parse import urlsplit
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from flask import current_app, request
+from flask import request
 
-from engine.evaluation import host_allowed
 from protocol.access import token_hash
-from protocol.errors import BadRequest, Forbidden, HttpProblem
-from protocol.services import services
+from protocol.errors import BadRequest
 from protocol.stream_params import duration_micros, mqtt_topic_filter
 from sparql_ext.windowing import format_micros
 from store.stream import Stream
-from store.stream_config import MESSAGE_FORMATS, StreamConfig
-from store.streams import check_stream_name
+from store.stream_config import LdesConfig, MqttConfig, StreamConfig
 from store.terms import named_node
 from store.windows import WindowRevision
 
@@ -29,65 +27,37 @@ def iri_parameter(text: str, parameter: str) -> str:
     return named_node(text, parameter).value
 
 
-LDES_SETTINGS = ("ldes-page", "ldes-source", "ldes-timestamp-path", "ldes-poll")
-SETTINGS = ("timestamp-predicate", "lateness", "retention", "alias", "write-token", "mqtt-topic", "mqtt-format",
-            "timestamp-path", "graph-template", "dead-letter", *LDES_SETTINGS)
-LISTS = ("alias", "mqtt-topic")  # settings that take several values (repeat the parameter, or a JSON list)
+@dataclass(frozen=True)
+class Setting:
+    """One stream setting as ``PUT`` / ``PATCH /streams/{name}`` take it (a query parameter, or a key of a JSON
+    body): its name, what its value is and what leaving it out means (docs/streams.md, docs/connectors.md), where it
+    lives in ``StreamConfig`` (``block``: the stream's own fields, ``mqtt`` or ``ldes``), how its text is read (a 400
+    naming it) and written back (None: never shown). What a transport's block means as a whole is checked by that
+    transport (``StreamCatalog.checks``): the store's LDES pages, the connectors' MQTT and LDES following."""
+
+    name: str
+    kind: str
+    default: str
+    doc: str
+    block: Literal["", "mqtt", "ldes"]
+    attribute: str
+    read: Callable[[str, str], object]
+    write: Callable[[Any], object] | None
+    repeatable: bool = False  # several values: repeat the parameter, or give a JSON list
 
 
-def stream_config(name: str, options: dict[str, object], existing: Stream | None) -> StreamConfig:
-    """The configuration ``PUT /streams/{name}`` asks for (``options``: its parameters or JSON body), checked whole
-    before anything is changed; ``existing``: the stream as it is (its write token stays unless a new one is given)."""
-    unknown = set(options) - set(SETTINGS)
-    if unknown:
-        raise BadRequest(f"unknown stream setting(s) {sorted(unknown)}: use {', '.join(SETTINGS)}")
-    config = StreamConfig(name)
-    if "write-token" in options:  # kept as a hash; an empty value removes it
-        config.write_token_sha256 = token_hash(str(options["write-token"])) if options["write-token"] else None
-    elif existing is not None:
-        config.write_token_sha256 = existing.config.write_token_sha256
-    if "timestamp-predicate" in options:
-        config.timestamp_predicate = iri_parameter(str(options["timestamp-predicate"]), "timestamp-predicate")
-    if "lateness" in options:
-        config.lateness = duration_micros(str(options["lateness"]), "lateness")
-    if "retention" in options:
-        config.retention = duration_micros(str(options["retention"]), "retention")
-    config.aliases = [iri_parameter(a, "alias") for a in _values(options, "alias")]
-    _mqtt_settings(config, options)
-    _ldes_settings(config, options)
-    return config
+def _text(text: str, _: str) -> str:
+    return text
 
 
-def settings_of(config: StreamConfig) -> dict[str, object]:
-    """The settings, as ``PUT`` takes them, that give ``config`` (those at their default left out; the write token,
-    kept only as a hash, too: ``stream_config`` keeps it unless one is given)."""
-    default = StreamConfig(config.name)
-    found: dict[str, object] = {}
-    if config.timestamp_predicate != default.timestamp_predicate:
-        found["timestamp-predicate"] = config.timestamp_predicate
-    if config.lateness:
-        found["lateness"] = _duration(config.lateness)
-    if config.retention is not None:
-        found["retention"] = _duration(config.retention)
-    if config.aliases:
-        found["alias"] = list(config.aliases)
-    if config.mqtt_topics:
-        found["mqtt-topic"] = list(config.mqtt_topics)
-    if config.mqtt_format != default.mqtt_format:
-        found["mqtt-format"] = config.mqtt_format
-    for key, value in (("timestamp-path", config.timestamp_path), ("graph-template", config.graph_template),
-                       ("dead-letter", config.dead_letter)):
-        if value is not None:
-            found[key] = value
-    if config.ldes_page != default.ldes_page:
-        found["ldes-page"] = _duration(config.ldes_page)
-    if config.ldes_source is not None:
-        found["ldes-source"] = config.ldes_source
-        if config.ldes_timestamp_path is not None:
-            found["ldes-timestamp-path"] = config.ldes_timestamp_path
-        if config.ldes_poll != default.ldes_poll:
-            found["ldes-poll"] = _duration(round(config.ldes_poll * 1_000_000))
-    return found
+def _seconds(text: str, name: str) -> float:
+    return duration_micros(text, name) / 1_000_000
+
+
+def _boolean(text: str, name: str) -> bool:
+    if text.strip().lower() not in ("true", "false"):
+        raise BadRequest(f"{name}={text!r}: give true or false")
+    return text.strip().lower() == "true"
 
 
 def _duration(micros: int) -> str:
@@ -96,63 +66,78 @@ def _duration(micros: int) -> str:
     return f"PT{seconds}.{f'{fraction:06d}'.rstrip('0')}S" if fraction else f"PT{seconds}S"
 
 
-def _values(options: dict[str, object], key: str) -> list[str]:
-    given = options.get(key, [])
+SETTINGS: tuple[Setting, ...] = (
+    Setting("timestamp-predicate", "IRI", "prov:generatedAtTime", "the predicate of the timestamp triple", "",
+            "timestamp_predicate", iri_parameter, str),
+    Setting("lateness", "duration", "PT0S", "how much older than stream time an element may be", "", "lateness",
+            duration_micros, _duration),
+    Setting("retention", "duration", "keep all", "the stream time to keep", "", "retention", duration_micros,
+            _duration),
+    Setting("alias", "IRI", "none", "other IRIs naming this stream", "", "aliases", iri_parameter, list,
+            repeatable=True),
+    Setting("write-token", "text", "none; kept unless given", "a token that may write to this stream (empty: none)",
+            "", "write_token_sha256", lambda text, _: token_hash(text) if text else None, None),
+    Setting("public", "true or false", "false", "whether its reads need no read token (docs/access.md)", "",
+            "public", _boolean, lambda value: "true" if value else "false"),
+    Setting("mqtt-topic", "MQTT topic filter", "none: not fed from MQTT", "topic filters the stream is fed from",
+            "mqtt", "topics", mqtt_topic_filter, list, repeatable=True),
+    Setting("mqtt-format", "media type", "application/trig", "the media type of a message without a content type",
+            "mqtt", "format", lambda text, _: text.strip().lower(), str),
+    Setting("timestamp-path", "IRI", "the receipt time", "the predicate whose object is a message's time", "mqtt",
+            "timestamp_path", iri_parameter, str),
+    Setting("graph-template", "IRI template", "urn:uuid:{digest} with a timestamp-path, else urn:uuid:{uuid}",
+            "the graph name of a message's element", "mqtt", "graph_template", _text, str),
+    Setting("dead-letter", "stream name", "<name>-dead-letter", "the stream bad messages go to", "mqtt",
+            "dead_letter", _text, str),
+    Setting("ldes-page", "duration", "PT1M", "the page duration of the stream's own LDES", "ldes", "page",
+            duration_micros, _duration),
+    Setting("ldes-source", "URL", "none", "the LDES the stream follows", "ldes", "source",
+            lambda text, _: text or None, str),
+    Setting("ldes-timestamp-path", "IRI", "the LDES's ldes:timestampPath", "the predicate of a member's timestamp",
+            "ldes", "timestamp_path", iri_parameter, str),
+    Setting("ldes-poll", "duration", "PT1S", "the time between polls of the LDES", "ldes", "poll", _seconds,
+            lambda seconds: _duration(round(seconds * 1_000_000))),
+)
+SETTING_NAMES = tuple(setting.name for setting in SETTINGS)
+
+
+def stream_config(name: str, options: dict[str, object], existing: Stream | None) -> StreamConfig:
+    """The configuration ``PUT /streams/{name}`` asks for (``options``: its parameters or JSON body), each value read
+    before anything is changed (the catalog's checks then take the whole); ``existing``: the stream as it is (its
+    write token stays unless a new one is given)."""
+    unknown = set(options) - set(SETTING_NAMES)
+    if unknown:
+        raise BadRequest(f"unknown stream setting(s) {sorted(unknown)}: use {', '.join(SETTING_NAMES)}")
+    blocks: dict[str, dict[str, Any]] = {"": {}, "mqtt": {}, "ldes": {}}
+    for setting in SETTINGS:
+        if setting.name in options:
+            given = options[setting.name]
+            blocks[setting.block][setting.attribute] = (
+                [setting.read(text, setting.name) for text in _values(given)] if setting.repeatable
+                else setting.read(str(given), setting.name))
+    if "write-token" not in options and existing is not None:  # kept as a hash: absent means "keep it"
+        blocks[""]["write_token_sha256"] = existing.config.write_token_sha256
+    return StreamConfig(name, **blocks[""], mqtt=MqttConfig(**blocks["mqtt"]), ldes=LdesConfig(**blocks["ldes"]))
+
+
+def settings_of(config: StreamConfig) -> dict[str, object]:
+    """The settings, as ``PUT`` takes them, that give ``config`` (those at their default left out; the write token,
+    kept only as a hash, too: ``stream_config`` keeps it unless one is given)."""
+    default = StreamConfig(config.name)
+    found: dict[str, object] = {}
+    for setting in SETTINGS:
+        value = getattr(_block(config, setting), setting.attribute)
+        if setting.write is not None and value != getattr(_block(default, setting), setting.attribute):
+            found[setting.name] = setting.write(value)
+    return found
+
+
+def _block(config: StreamConfig, setting: Setting) -> object:
+    return config if not setting.block else getattr(config, setting.block)
+
+
+def _values(given: object) -> list[str]:
     return [str(v) for v in (given if isinstance(given, list) else [given])]
-
-
-def _mqtt_settings(config: StreamConfig, options: dict[str, object]) -> None:
-    """The settings of a stream fed from MQTT (docs/connectors.md), checked before anything is changed."""
-    config.mqtt_topics = [mqtt_topic_filter(t, "mqtt-topic") for t in _values(options, "mqtt-topic")]
-    if config.mqtt_topics and services().connectors.broker is None:
-        raise HttpProblem("mqtt-topic: this server has no MQTT broker: start it with serve --mqtt mqtt://HOST:PORT",
-                          409)
-    if "mqtt-format" in options:
-        config.mqtt_format = str(options["mqtt-format"]).strip().lower()
-        if config.mqtt_format not in MESSAGE_FORMATS:
-            raise BadRequest(f"mqtt-format={config.mqtt_format!r}: use one of {', '.join(MESSAGE_FORMATS)}")
-    if "timestamp-path" in options:
-        config.timestamp_path = iri_parameter(str(options["timestamp-path"]), "timestamp-path")
-    if "graph-template" in options:
-        template = str(options["graph-template"])
-        sample = template.replace("{topic}", "t").replace("{uuid}", str(uuid.uuid4())).replace("{digest}", "d")
-        iri_parameter(sample, "graph-template")
-        if "{uuid}" not in template and "{digest}" not in template:
-            raise BadRequest(f"graph-template={template!r}: put {{uuid}} (a fresh UUID per message) or {{digest}} (a "
-                             "UUID of the topic and payload) in it: each element needs its own graph name")
-        config.graph_template = template
-    if "dead-letter" in options:
-        config.dead_letter = check_stream_name(str(options["dead-letter"]))
-        if config.dead_letter == config.name:
-            raise BadRequest("dead-letter: a stream cannot be its own dead-letter stream")
-
-
-def _ldes_settings(config: StreamConfig, options: dict[str, object]) -> None:
-    """The LDES settings: the page duration of the stream's own LDES; the LDES it follows, if any (a host the
-    operator allows, as for SERVICE: --service-allow), its members' timestamp path, the time between polls."""
-    if "ldes-page" in options:
-        config.ldes_page = duration_micros(str(options["ldes-page"]), "ldes-page")
-        if config.ldes_page < 1_000_000:
-            raise BadRequest(f"ldes-page={options['ldes-page']!r}: an LDES page spans at least a second (PT1S)")
-    source = options.get("ldes-source")
-    if source:
-        config.ldes_source = str(source)
-        parts = urlsplit(config.ldes_source)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise BadRequest(f"ldes-source={config.ldes_source!r} is not an http(s) URL of an LDES (its view, or "
-                             "its event stream)")
-        allowed = current_app.config["CONCENTRATOR"].service_allow
-        if not host_allowed(config.ldes_source, None if allowed is None else frozenset(allowed)):
-            raise Forbidden(f"ldes-source={config.ldes_source!r}: {parts.netloc} is not on this server's allowlist "
-                            f"({', '.join(sorted(allowed)) or 'empty'}); the operator adds hosts with --service-allow")
-    elif any(key in options for key in ("ldes-timestamp-path", "ldes-poll")):
-        raise BadRequest("ldes-timestamp-path and ldes-poll apply to a stream that follows an LDES: give ldes-source")
-    if "ldes-timestamp-path" in options:
-        config.ldes_timestamp_path = iri_parameter(str(options["ldes-timestamp-path"]), "ldes-timestamp-path")
-    if "ldes-poll" in options:
-        config.ldes_poll = duration_micros(str(options["ldes-poll"]), "ldes-poll") / 1_000_000
-        if not 0.1 <= config.ldes_poll <= 86_400:
-            raise BadRequest(f"ldes-poll={options['ldes-poll']!r}: poll between every 0.1 s (PT0.1S) and once a day")
 
 
 def describe_stream(stream: Stream) -> dict[str, object]:
@@ -167,13 +152,15 @@ def describe_stream(stream: Stream) -> dict[str, object]:
         "retention_us": config.retention,
         "aliases": config.aliases,
         "write_token": config.write_token_sha256 is not None,
-        "mqtt": None if not config.mqtt_topics else {
-            "topics": config.mqtt_topics, "format": config.mqtt_format, "timestamp_path": config.timestamp_path,
-            "graph_template": config.graph_template, "dead_letter": config.dead_letter_stream,
+        "public": config.public,
+        "mqtt": None if not config.mqtt.topics else {
+            "topics": list(config.mqtt.topics), "format": config.mqtt.format,
+            "timestamp_path": config.mqtt.timestamp_path, "graph_template": config.mqtt.graph_template,
+            "dead_letter": config.dead_letter_stream,
         },
         "ldes": {"view": request.host_url.rstrip("/") + "/streams/" + config.name + "/ldes",
-                 "page_us": config.ldes_page, "source": config.ldes_source,
-                 "timestamp_path": config.ldes_timestamp_path, "poll_seconds": config.ldes_poll},
+                 "page_us": config.ldes.page, "source": config.ldes.source,
+                 "timestamp_path": config.ldes.timestamp_path, "poll_seconds": config.ldes.poll},
         "elements": len(stream),
         "first_ordinal": stream.first_ordinal if len(stream) else None,
         "head": None if record is None else {

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 import uuid
 from collections.abc import Iterable
@@ -11,15 +10,15 @@ from collections.abc import Iterable
 from flask import Blueprint, Response, jsonify, request
 from pyoxigraph import Literal, NamedNode, RdfFormat, serialize
 
-from engine.evaluation import QueryTarget
+from engine.context import QueryTarget
 from engine.selection import SelectedWindow, revision_selection, revision_window, select_window
 from protocol import memento
 from protocol.access import READ, Need, ParsedRequest, ensure_write, needs, reads_only
-from protocol.bodies import revision_parameter, text_body
+from protocol.bodies import json_object_body, revision_parameter, text_body
 from protocol.continuous import continuous_response, wants_continuous
-from protocol.errors import BadRequest, BodyStalled, NotAcceptable, UnsupportedMediaType
+from protocol.errors import BadRequest, BodyStalled, NotAcceptable
 from protocol.incremental import available_reader, drain
-from protocol.negotiation import BODY_FORMATS, DATASET_FORMATS, best_media_type, body_media_type, is_utf8
+from protocol.negotiation import DATASET_FORMATS, best_media_type, body_media_type, is_utf8
 from protocol.parameters import reads
 from protocol.responses import empty_response, spooled_response, window_headers
 from protocol.services import services
@@ -30,7 +29,6 @@ from protocol.stream_params import (
     windowed_params,
 )
 from protocol.stream_settings import (
-    LISTS,
     SETTINGS,
     describe_revision,
     describe_stream,
@@ -45,7 +43,8 @@ from sparql_ext.windowing import format_micros, to_micros
 from sparql_ext.windowref import parse_window_ref
 from store.durable import now_micros
 from store.elements import ParsedElement, single_element
-from store.errors import RevisionNotFound, StreamNotFound
+from store.errors import RevisionNotFound, StreamNotFound, UnsupportedMediaType
+from store.formats import STREAM_BODY_FORMATS
 from store.framing import ElementFramer
 from store.jsonld import JsonLdFramer
 from store.stream import Stream
@@ -57,9 +56,7 @@ DEFAULT_TIMEOUT = 30.0  # seconds a request waits for a window that is not compl
 SD_ENDPOINT = "http://www.w3.org/ns/sparql-service-description#endpoint"
 XSD_DATETIME = NamedNode("http://www.w3.org/2001/XMLSchema#dateTime")
 STREAM_PARAMETERS = (
-    "timestamp-predicate", "lateness", "retention", "alias", "write-token",  # PUT: settings
-    "mqtt-topic", "mqtt-format", "timestamp-path", "graph-template", "dead-letter",
-    "ldes-page", "ldes-source", "ldes-timestamp-path", "ldes-poll",  # PUT: LDES settings
+    *(setting.name for setting in SETTINGS),  # PUT, PATCH: settings
     "punctuation", "graph", "timestamp",  # POST: upload
     "WINDOWS", "query", "revision-id", "timeout", "default-graph-uri", "named-graph-uri",  # windows, queries
     "answer", "packaging", "format", "report", "operator", "after", "from", "sequence",  # continuous responses
@@ -251,16 +248,11 @@ def _given_settings() -> dict[str, object]:
     options: dict[str, object] = {}
     mimetype, _ = body_media_type(request.headers.get("Content-Type"))
     if mimetype == "application/json":
-        try:
-            body = json.loads(text_body("configuration") or "{}")
-        except ValueError as error:
-            raise BadRequest(f"the stream configuration is not JSON: {error}") from None
-        if not isinstance(body, dict):
-            raise BadRequest("the stream configuration is a JSON object of settings, e.g. {\"lateness\": \"PT5S\"}")
-        options.update(body)
-    for key in SETTINGS:
-        if key in request.args:
-            options[key] = request.args.getlist(key) if key in LISTS else request.args[key]
+        options.update(json_object_body("stream configuration", ' of settings, e.g. {"lateness": "PT5S"}'))
+    for setting in SETTINGS:
+        if setting.name in request.args:
+            key = setting.name
+            options[key] = request.args.getlist(key) if setting.repeatable else request.args[key]
     return options
 
 
@@ -308,14 +300,14 @@ def _upload(stream: Stream) -> Response:
         stream.flush()
         return _upload_answer(stream, 0, None, None)
     mimetype, options = body_media_type(request.headers.get("Content-Type"))
-    if mimetype not in BODY_FORMATS or BODY_FORMATS[mimetype] not in _STREAM_FORMATS:
+    if mimetype not in STREAM_BODY_FORMATS:
         raise UnsupportedMediaType(
             f"Content-Type {mimetype or '(none)'!r} is not a stream upload: send application/trig, "
             "application/n-quads or application/ld+json (each named graph one element), or text/turtle or "
             "application/n-triples (the whole body one element)")
     if not is_utf8(options):
         raise UnsupportedMediaType(f"charset {options['charset']!r} is not supported: send UTF-8")
-    rdf_format = BODY_FORMATS[mimetype]
+    rdf_format = STREAM_BODY_FORMATS[mimetype]
     reader = available_reader(request.environ)
     if rdf_format in (RdfFormat.TURTLE, RdfFormat.N_TRIPLES):
         graph = iri_parameter(request.args["graph"], "graph") if "graph" in request.args else f"urn:uuid:{uuid.uuid4()}"
@@ -361,9 +353,6 @@ def _accepted_span(accepted: list[int | None]) -> tuple[int, int | None, int | N
     """How many elements an upload's accepted ordinals hold (punctuations left out), the first and the last."""
     ordinals = [ordinal for ordinal in accepted if ordinal is not None]
     return len(ordinals), (ordinals[0] if ordinals else None), (ordinals[-1] if ordinals else None)
-
-
-_STREAM_FORMATS = (RdfFormat.TRIG, RdfFormat.N_QUADS, RdfFormat.JSON_LD, RdfFormat.TURTLE, RdfFormat.N_TRIPLES)
 
 
 def _upload_answer(stream: Stream, committed: int, first: int | None, last: int | None) -> Response:

@@ -21,7 +21,6 @@ decorator is not used: it completes the handshake before the view could answer 4
 
 from __future__ import annotations
 
-import io
 import json
 import socket
 from dataclasses import replace
@@ -33,17 +32,16 @@ from simple_websocket import ConnectionClosed, Server
 
 from delivery.fanout import accept_websocket
 from protocol.access import ensure_write
-from protocol.continuous import POLL_SECONDS, continuous_plan, followed_body
-from protocol.errors import BadRequest, UnsupportedMediaType
+from protocol.continuous import POLL_SECONDS, Registered, continuous_plan, followed_body
+from protocol.errors import BadRequest
 from protocol.responses import RELEASE_SOCKET
 from protocol.services import ServerConfig, services
 from sparql_ext.errors import ConcentratorError
 from sparql_ext.windowing import format_micros
 from store.durable import now_micros
-from store.elements import ParsedElement
-from store.errors import DuplicateElement
+from store.errors import DuplicateElement, UnsupportedMediaType
 from store.formats import UPLOAD_FORMATS
-from store.framing import ElementFramer
+from store.framing import one_element
 from store.stream import Stream
 
 PING_SECONDS = 25.0  # keeps idle connections open through proxies, and notices a client that is gone
@@ -69,8 +67,9 @@ def _accept() -> Server:
     return Server.accept(request.environ, ping_interval=PING_SECONDS, max_message_size=config.max_body_bytes)
 
 
-def continuous_websocket(stream: Stream, windows: str, query: str | None) -> Response:
-    plan = continuous_plan(stream, windows, query, websocket=True)
+def continuous_websocket(stream: Stream, windows: str, query: str | None, registered: Registered | None = None
+                         ) -> Response:
+    plan = continuous_plan(stream, windows, query, websocket=True, registered=registered)
     if plan.subscription is None or plan.steps is None:
         return Response(status=204, headers=plan.headers)  # an Rn resumed past its end: nothing to open a socket for
     opening = json.dumps({**plan.headers, "Content-Type": plan.packager.media_type}).encode()
@@ -139,13 +138,8 @@ def upload_websocket(stream: Stream) -> Response:
 
 def _accept_message(stream: Stream, message: str | bytes, rdf_format: RdfFormat) -> dict[str, object]:
     payload = message.encode("utf-8") if isinstance(message, str) else message
-    framer = ElementFramer(io.BytesIO(payload), rdf_format, stream.config.timestamp_predicate,
-                           base_iri=request.base_url, first_ordinal=stream.head() + 1)
-    elements: list[ParsedElement] = list(framer)
-    if len(elements) != 1:
-        raise BadRequest(f"a WebSocket upload message is one element (a named graph and its timestamp triple); "
-                         f"this one holds {len(elements)}")
-    element = elements[0]
+    element = one_element(payload, rdf_format, stream.config.timestamp_predicate, base_iri=request.base_url,
+                          first_ordinal=stream.head() + 1)
     graph = str(element.graph)
     try:
         ordinal = stream.accept(element, now_micros())

@@ -1,4 +1,4 @@
-"""Event rules (issue 18, docs/events.md): rules whose CONSTRUCT holds ``MATCH { … }``, fired on content change.
+"""Event rules (docs/events.md): rules whose CONSTRUCT holds ``MATCH { … }``, fired on content change.
 
 A rule with a MATCH clause reads the streams its EVENTs name (``EVENT <streams/NAME?WINDOWS=…> { P }``); it has no
 window inputs and the Spark pipeline plays no part. Each rule has a worker thread (``EventRuleWorker``), woken by the
@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad, RdfFormat, parse
 
-from engine.evaluation import QueryTarget
+from engine.context import QueryTarget
 from engine.events import element_solutions, filter_function
 from engine.results import ConstructedQuads, ConstructedTriples
 from rules.errors import RuleRejected
 from rules.event_spec import event_rule_spec
 from rules.model import Rule
+from rules.outputs import append_once
 from sparql_ext import Event, EventMatcher, Match
 from sparql_ext.events import EventOrderError, EventStateError
 from sparql_ext.windowing import ListIndex, format_micros
@@ -308,27 +309,16 @@ class EventRuleWorker:
         if not made:
             return set()
         output = self.catalog.get(rule.output)
-        appended: set[str] = set()
-        latest: int | None = None
-        count = 0
-        for element, committed in made:
-            if output.has_origin(element.origin):  # type: ignore[arg-type]
-                continue
-            last = output.accepted_time
-            if element.time is None or (last is not None and element.time <= last):
-                element.time = (last + 1) if last is not None else element.time
-            output.accept(element, now_micros())
-            count += 1
-            appended.add(element.origin.rpartition("/")[0])  # type: ignore[union-attr]
-            latest = committed
+        committed = {id(element): commit for element, commit in made}
+        appended = append_once(output, [element for element, _ in made])
         output.flush()
-        if latest is not None:
-            seconds = max(0, now_micros() - latest) / 1_000_000  # from the completing element's commit
+        if appended:  # the latency: from the commit of the element that completed the last match appended
+            seconds = max(0, now_micros() - committed[id(appended[-1])]) / 1_000_000
             rule.status.last_latency_ms = round(seconds * 1000, 3)
             rule.latency.observe(seconds)
-        rule.status.outputs += count
+        rule.status.outputs += len(appended)
         rule.status.last_error = None
-        return appended
+        return {(element.origin or "").rpartition("/")[0] for element in appended}
 
     def _report(self, message: str) -> None:
         log.warning("event rule %s: %s", self.name, message)

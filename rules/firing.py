@@ -33,10 +33,12 @@ from typing import Any
 
 from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad
 
+from engine.context import QueryTarget
 from engine.errors import WindowNotComplete
-from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.evaluation import ExtendedEvaluator
 from engine.results import ConstructedQuads, ConstructedTriples
 from engine.selection import revision_window
+from rules.outputs import append_once
 from rules.registry import LOG_KEEP, Rule, RuleRegistry
 from rules.tasks import (
     UNREADABLE,
@@ -222,13 +224,7 @@ class RuleRunner:
             key = f"{rule.name}/{stream.config.name}/{revision.sequence}/{revision.index}"
             for position, element in enumerate(elements):
                 element.origin = f"{key}/{position}"
-            elements = [e for e in elements if not output.has_origin(e.origin)]  # type: ignore[arg-type]
-            for element in elements:
-                last = output.accepted_time
-                if element.time is None or (last is not None and element.time <= last):
-                    element.time = (last + 1) if last is not None else now_micros()
-                    element.stamp = None  # a moved time is written anew (UTC); an unmoved one is kept as made
-                output.accept(element, now_micros())
+            elements = append_once(output, elements)
         except WindowNotComplete as waiting:  # another input has no complete window yet: nothing to join
             rule.status.waiting += 1
             self._mark_fired(rule, stream, revision)

@@ -1,4 +1,4 @@
-"""Rules (DESIGN §1, issue 4): CONSTRUCT queries with an output stream, fired per completed window.
+"""Rules (docs/rules.md): CONSTRUCT queries with an output stream, fired per completed window.
 
 Persisted in ``<data>/rules/registry.jsonl``, an append-only journal (rules/journal.py: one durable write per batch
 of rules or statuses). A rule's *inputs* are the repeating windowed IRIs of this server it reads; each is a
@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.evaluation import ExtendedEvaluator
-from rules.analysis import analyse_rule, discover, find_cycle, output_stream_name, rule_file
-from rules.errors import RuleCycle, RuleError, RuleNotFound, RuleRejected
+from rules.analysis import analyse_rule, discover, output_stream_name, rule_file
+from rules.errors import RuleError, RuleNotFound, RuleRejected
+from rules.graph import RuleGraph
 from rules.journal import RuleJournal
 from rules.model import Rule, RuleInput, RuleStatus
 from sparql_ext.errors import ConcentratorError, ReportSyntaxError
@@ -100,7 +101,7 @@ class RuleRegistry:
         self.catalog: StreamCatalog = evaluator.catalog
         self._lock = threading.RLock()
         self._rules: dict[str, Rule] = {}
-        self._readers: dict[str, set[str]] = {}  # stream -> names of the rules reading it (the rule graph's edges)
+        self._graph = RuleGraph()
         self._status_lock = threading.Lock()
         self._unsaved: dict[str, Rule] = {}  # statuses save_status has not written yet
         self._status_written = float("-inf")  # monotonic time of the last statuses write
@@ -173,7 +174,7 @@ class RuleRegistry:
     def _put_checked(self, batch: list[_Checked]) -> list[tuple[Rule, bool]]:
         with self._lock:
             self._refuse_missing_inputs(batch)
-            self._refuse_cycles(batch)
+            self._graph.refuse_cycles([(item.spec.name, item.reads, item.output) for item in batch])
             # nothing is refused any more: change things
             for output in dict.fromkeys(item.output for item in batch):
                 if self.catalog.find(output) is None:
@@ -211,30 +212,6 @@ class RuleRegistry:
                     "them (PUT /streams/NAME) or register the rule that outputs them first (or in the same batch)",
                     rule=item.spec.name)
 
-    def _refuse_cycles(self, batch: list[_Checked]) -> None:
-        """One depth-first search of the stream graph (input stream -> output stream, one edge per rule) with the
-        batch's rules in place of the ones they replace. The graph without the batch has no cycle, so a cycle
-        goes through a batch rule's output: the search starts from those."""
-        replaced = {item.spec.name for item in batch}
-        added: dict[str, list[tuple[str, str]]] = {}
-        for item in batch:
-            for stream in item.reads:
-                added.setdefault(stream, []).append((item.spec.name, item.output))
-
-        def edges(stream: str) -> list[tuple[str, str]]:  # (rule, the stream it outputs)
-            kept = [(name, self._rules[name].output) for name in self._readers.get(stream, ()) if name not in replaced]
-            return kept + added.get(stream, [])
-
-        done: set[str] = set()
-        for item in batch:
-            cycle = find_cycle(item.output, edges, done)
-            if cycle is not None:
-                streams, names = cycle
-                culprit = next((name for name in names if name in replaced), names[0])
-                path = "".join(f"{stream} -[{name}]-> " for stream, name in zip(streams, names, strict=True))
-                raise RuleCycle(f"rule {culprit!r}: its output stream feeds its own inputs (a cycle: "
-                                f"{path}{streams[0]})", rule=culprit)
-
     def _register(self, batch: list[_Checked], olds: list[Rule | None]) -> dict[tuple[str, str], str]:
         """The sequence of each (stream, ref) the batch reads that its rules do not keep from before, registered as
         the ref resolves now (``HEAD`` is this moment's HEAD), once per distinct (stream, ref), each stream's in
@@ -259,22 +236,10 @@ class RuleRegistry:
     def _install(self, rule: Rule, old: Rule | None) -> None:
         """Make ``rule`` the registered one of its name: it holds its sequences, the rule graph has its edges."""
         if old is not None:
-            self._unindex(old)
+            self._graph.remove(old)
         self._rules[rule.name] = rule
-        self._index(rule)
+        self._graph.add(rule)
         self._hold(rule.inputs, old.inputs if old else [])
-
-    def _index(self, rule: Rule) -> None:
-        for stream in _reads(rule):
-            self._readers.setdefault(stream, set()).add(rule.name)
-
-    def _unindex(self, rule: Rule) -> None:
-        for stream in _reads(rule):
-            readers = self._readers.get(stream)
-            if readers is not None:
-                readers.discard(rule.name)
-                if not readers:
-                    del self._readers[stream]
 
     def _hold(self, inputs: list[RuleInput], released: list[RuleInput]) -> None:
         """A rule holds the sequences it reads (they are never retired while it does); ``released``: its old ones."""
@@ -310,7 +275,7 @@ class RuleRegistry:
                     continue
                 kept = []
                 for pair in pairs:
-                    if self._reaches(rule.output, {pair[0]}, exclude=rule.name):
+                    if self._graph.reaches(rule.output, {pair[0]}, exclude=rule.name):
                         self._report(rule, f"input {pair[0]} {pair[1]} left out: the rule's output "
                                            f"{rule.output!r} feeds it (a cycle)")
                     else:
@@ -324,9 +289,9 @@ class RuleRegistry:
                         same = RuleInput(stream_name, ref,
                                          stream.register(ref, resolve(parse_window_ref(ref), stream)).id)
                     inputs.append(same)
-                self._unindex(rule)
+                self._graph.remove(rule)
                 rule.inputs = inputs
-                self._index(rule)
+                self._graph.add(rule)
                 self._hold(rule.inputs, before)
                 self._start_after_latest(rule)
                 self.save(rule)
@@ -341,7 +306,7 @@ class RuleRegistry:
             rule = self.get(name)
             self._journal.delete(name)
             del self._rules[name]
-            self._unindex(rule)
+            self._graph.remove(rule)
             self._hold([], rule.inputs)
             self._journal.compact_if_grown()
         self._changed()
@@ -391,7 +356,7 @@ class RuleRegistry:
     def reading(self, stream: str, sequence: str) -> list[Rule]:
         """The rules fired by a window of ``sequence`` on ``stream``."""
         with self._lock:
-            rules = [self._rules[name] for name in sorted(self._readers.get(stream, ()))]
+            rules = [self._rules[name] for name in self._graph.readers(stream)]
             return [rule for rule in rules if any(i.stream == stream and i.sequence == sequence for i in rule.inputs)]
 
     def load_directory(self, directory: Path, base: str) -> list[str]:
@@ -422,25 +387,6 @@ class RuleRegistry:
                 errors[refused] = f"{refused}: {error}"
                 del batch[refused]
         return [errors[path] for path in sorted(errors)]
-
-    def _reaches(self, start: str, targets: set[str], exclude: str) -> bool:
-        """Whether stream ``start`` is, or feeds through the rules (except ``exclude``), one of ``targets``."""
-        seen: set[str] = set()
-        frontier = [start]
-        while frontier:
-            stream = frontier.pop()
-            if stream in targets:
-                return True
-            if stream in seen:
-                continue
-            seen.add(stream)
-            frontier.extend(self._rules[name].output for name in self._readers.get(stream, ()) if name != exclude)
-        return False
-
-
-def _reads(rule: Rule) -> set[str]:
-    """The streams a registered rule reads (the rule graph's edges into it)."""
-    return {item.stream for item in rule.inputs} | set(rule.events)
 
 
 def _kept(inputs: list[RuleInput], stream: str, ref: str, catalog: StreamCatalog) -> RuleInput | None:

@@ -27,7 +27,6 @@ costs more than evaluating small windows in place; ``executors`` sends eligible 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -38,14 +37,16 @@ from typing import Any, Literal
 from pyoxigraph import NamedNode, RdfFormat, Store, parse, serialize
 
 from engine.cache import StaticResults
+from engine.context import EvaluationContext, QueryTarget
 from engine.errors import WindowNotComplete
-from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.evaluation import ExtendedEvaluator
 from engine.results import ConstructedQuads, ConstructedTriples, Solutions
 from engine.selection import elements_key
 from engine.syntax import checked_query
 from rules.errors import ExecutorRuleFailed
 from sparql_ext import ExtendedQuery
 from sparql_ext.windowing import WindowNotResolvable
+from store.log_contents import ContentRun, read_runs
 
 Placement = Literal["auto", "driver", "executors"]
 PLACEMENTS: tuple[str, ...] = ("auto", "driver", "executors")
@@ -60,23 +61,15 @@ class WindowData:
 
     content: bytes
     then_time: int | None  # µs: THEN() inside the part (the window revision's commit time)
-    runs: tuple[tuple[str, int, int], ...] = ()  # (.dat file, offset, length)
+    runs: tuple[ContentRun, ...] = ()
     #: the driver's name for exactly these elements (``engine.selection.elements_key``): the executor caches the
     #: static parts over the window under it, as the driver does, so the rules reading one window share them
     key: str | None = None
 
     def read(self) -> bytes:
-        """The window's TriG (in an executor: from the log's files when given as runs)."""
-        if not self.runs:
-            return self.content
-        pieces = []
-        for path, offset, length in self.runs:
-            with open(path, "rb") as content:
-                piece = os.pread(content.fileno(), length, offset)
-            if len(piece) != length:
-                raise OSError(f"{path}: {length} bytes expected at {offset}, {len(piece)} read")
-            pieces.append(piece)
-        return b"".join(pieces)
+        """The window's TriG (in an executor: from the log's files when given as runs; ``OSError`` when they are
+        gone)."""
+        return read_runs(self.runs) if self.runs else self.content
 
 
 @dataclass(frozen=True)
@@ -280,6 +273,7 @@ class SnapshotDataset:
 
     def __init__(self, static: StaticData) -> None:
         self.head = static.revision
+        self.key = (static.revision, static.committed_at)  # a revision of one dataset (a worker may serve several)
         self._store = Store()
         self._store.load(static.nquads, format=RdfFormat.N_QUADS)
         self._committed = _Committed(datetime.fromtimestamp(static.committed_at / 1_000_000, UTC))
@@ -302,7 +296,7 @@ _snapshot: SnapshotDataset | None = None  # per Python worker (reused across tas
 
 def _dataset(static: StaticData) -> SnapshotDataset:
     global _snapshot
-    if _snapshot is None or _snapshot.head != static.revision:
+    if _snapshot is None or _snapshot.key != (static.revision, static.committed_at):
         _snapshot = SnapshotDataset(static)
     return _snapshot
 
@@ -340,8 +334,9 @@ def evaluate(task: RuleTask, static: StaticData, stores: dict[WindowData, Store]
                 store = stores[data] = Store()
                 store.load(content, format=RdfFormat.TRIG, lenient=True)  # the log's content: pyoxigraph's output
             windows[iri] = QueryTarget(store, None, None, data.then_time, iri, elements_key=data.key)
-        evaluator = ExtendedEvaluator(_dataset(static), None, [task.base], None,  # type: ignore[arg-type]
-                                      cache=results, preloaded=windows, targets=task.targets)
+        context = EvaluationContext.for_executor(_dataset(static), task.base, windows,  # type: ignore[arg-type]
+                                                 task.targets, results)
+        evaluator = ExtendedEvaluator(context)
         result = evaluator.query(task.text, QueryTarget(base_iri=task.base))
         if isinstance(result, ConstructedQuads):
             return TaskResult(task.position, "quads", _nquads(result))

@@ -1,4 +1,4 @@
-"""Event patterns in extended SPARQL (issue 18, docs/events.md): the MATCH clauses of a query, parsed into
+"""Event patterns in extended SPARQL (docs/events.md): the MATCH clauses of a query, parsed into
 ``sparql_ext.events`` patterns and cut out of the query text. Keywords are case-insensitive (RSEP-QL's ``SEQc``
 is ``SEQC``); operators are left-associative and of one precedence, FIRST and LAST bind tighter, braces group::
 
@@ -43,6 +43,7 @@ from sparql_ext.events import (
 from sparql_ext.extended import PLACEHOLDER
 from sparql_ext.iris import resolve_iri
 from sparql_ext.lexer import Kind, Token, check_nesting, tokenize_window_refs
+from sparql_ext.parsing import Edit, Rewritten
 from sparql_ext.windowed import windowed_params
 from sparql_ext.windowref import WindowRef, parse_window_ref
 
@@ -51,30 +52,15 @@ _STARTS = "an event pattern (EVENT, FIRST, LAST or '{')"
 
 
 @dataclass(frozen=True)
-class EventQuery:
+class EventQuery(Rewritten):
     """A query with its MATCH clauses cut out: ``sparql`` has a placeholder ``VALUES () { () }`` for each (the
     engine splices each clause's solutions there), and may still hold REVISION / WINDOWS / SERVICE for
-    ``parse_extended``."""
+    ``parse_extended``. A position inside a placeholder maps to where its clause began (``Rewritten``)."""
 
     original: str
     sparql: str
     clauses: tuple[MatchClause, ...]
-    edits: tuple[tuple[int, int, int, int], ...] = field(default=(), repr=False)
-
-    def original_offset(self, offset_in_sparql: int) -> int:
-        """Position in ``original`` of a position in ``sparql`` (inside a placeholder: where its clause began)."""
-        shift = 0
-        for start, end, original_start, original_end in self.edits:
-            if offset_in_sparql < start:
-                break
-            if offset_in_sparql < end:
-                return original_start
-            shift = original_end - end
-        return offset_in_sparql + shift
-
-    def syntax_error(self, message: str, offset_in_sparql: int) -> QuerySyntaxError:
-        """An error found in ``sparql`` (by parse_extended or pyoxigraph), at the user's line and column."""
-        return QuerySyntaxError(message, self.original, self.original_offset(offset_in_sparql))
+    edits: tuple[Edit, ...] = field(default=(), repr=False)
 
 
 def parse_events(text: str, base_iri: str | None = None) -> EventQuery:
@@ -95,7 +81,7 @@ def parse_events(text: str, base_iri: str | None = None) -> EventQuery:
     i = parser.prologue()
     clauses: list[MatchClause] = []
     chunks: list[str] = []
-    edits: list[tuple[int, int, int, int]] = []
+    edits: list[Edit] = []
     position = length = depth = 0
     while i < len(tokens):
         tok = tokens[i]

@@ -30,6 +30,7 @@ from typing import Any
 
 from sparql_ext.events import EventPatternError, EventWindow
 from sparql_ext.revision import Head, Instant, Ordinal, RevisionDesignator, RevisionId
+from sparql_ext.window_kinds import TimeWindows
 from sparql_ext.windowing import ElementIndex, WindowNotResolvable, resolve, to_micros
 from sparql_ext.windowref import WindowRef
 
@@ -59,8 +60,8 @@ class Sliding:
 
 
 @dataclass(frozen=True)
-class Last:
-    """The last ``count`` elements of the input."""
+class LastElements:
+    """The last ``count`` elements of the input (``sparql_ext.events.Last`` is the pattern operator ``LAST``)."""
 
     count: int
 
@@ -90,8 +91,10 @@ class Elements:
     last: int
 
 
-Level = Repeating | Sliding | Last | Since | Between | Elements
-_LEVELS: dict[str, type[Level]] = {cls.__name__: cls for cls in (Repeating, Sliding, Last, Since, Between, Elements)}
+Level = Repeating | Sliding | LastElements | Since | Between | Elements
+_LEVELS: dict[str, type[Level]] = {cls.__name__: cls
+                                   for cls in (Repeating, Sliding, LastElements, Since, Between, Elements)}
+_LEVELS["Last"] = LastElements  # the name event rules' saved windows may hold
 
 
 def event_window_form(ref: WindowRef) -> str:
@@ -102,6 +105,8 @@ def event_window_form(ref: WindowRef) -> str:
     ('repeating', 'landmark')
     """
     start, end = ref.start, ref.end
+    if ref.kind is not None:
+        raise _refuse(ref, f"{ref.kind} windows are not window functions of the evaluation time")
     if ref.repeating:
         if isinstance(ref.step, int) or ref.width is None and not ref.is_time_range:
             raise _refuse(ref, "a repeating event window must step by a duration over time windows")
@@ -134,7 +139,7 @@ def resolve_level(ref: WindowRef, index: ElementIndex) -> Level:
     form = event_window_form(ref)
     if form == "repeating":
         spec = resolve(ref, index)
-        if spec.kind != "time" or spec.step_kind != "time":  # the form check keeps these out; a hand-built ref may not
+        if type(spec.window_kind) is not TimeWindows:  # the form check keeps others out; a hand-built ref may not
             raise _refuse(ref, "a repeating event window must step by a duration over time windows")
         return Repeating(spec.origin, spec.anchor if spec.origin is None else None, spec.width, spec.step,
                          spec.backward, spec.first, spec.count)
@@ -142,7 +147,7 @@ def resolve_level(ref: WindowRef, index: ElementIndex) -> Level:
     if form == "sliding":
         return Sliding(width)
     if form == "last":
-        return Last(ref.start.back + 1 if isinstance(ref.start, Head) else 1)
+        return LastElements(ref.start.back + 1 if isinstance(ref.start, Head) else 1)
     if form == "landmark":
         if isinstance(ref.start, Instant):
             return Since(to_micros(ref.start.at), None)
@@ -222,7 +227,7 @@ def _apply(level: Level, times: list[int], ordinals: list[int], i: int, j: int, 
                     else _time_run(times, i, j, at, True, at + width, False))
         case Sliding(width=width):
             return _time_run(times, i, j, t - width, False, t, True)
-        case Last(count=count):
+        case LastElements(count=count):
             return max(i, j - count), j
         case Since(time=time, ordinal=ordinal):
             if time is not None:

@@ -1,4 +1,4 @@
-"""Event patterns (issue 18): RSEP-QL's EVENT / SEQ / FIRST / LAST / MATCH with selection and consumption
+"""Event patterns (docs/events.md): RSEP-QL's EVENT / SEQ / FIRST / LAST / MATCH with selection and consumption
 policies (seed 001 §3.3–4.4) and EP-SPARQL's EQUALS / OPTIONALSEQ / EQUALSOPTIONAL and interval functions
 (seed 000 §3). This module is the abstract syntax and the vocabulary; ``event_syntax`` parses it out of a query,
 ``event_windows`` gives each EVENT its window function, ``event_matching`` matches incrementally. Pure: terms are
@@ -32,6 +32,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from sparql_ext.errors import SparqlExtError
+from sparql_ext.lexer import Kind, tokenize
 from sparql_ext.windowing import from_micros
 from sparql_ext.windowref import WindowRef, format_duration
 
@@ -123,12 +124,33 @@ class EventFilter:
         """The expression on the interval [start, end]: getDURATION(), getSTARTTIME(), getENDTIME() replaced."""
         return substitute_calls(self.expression, self.calls, start, end)
 
-    def query(self, start: int, end: int) -> str:
+    def query(self, start: int, end: int, bound: frozenset[str] = frozenset()) -> str:
         """A SPARQL 1.1 query that has a solution iff the filter holds on [start, end] once the event's bindings
         of ``variables`` are substituted (pyoxigraph's ``substitutions=``, which needs them projected; a variable
-        the event leaves unbound stays unbound, so the filter errs and fails, as SPARQL's would)."""
+        the event leaves unbound stays unbound, so the filter errs and fails, as SPARQL's would).
+
+        ``bound``: the variables the event binds. pyoxigraph's ``BOUND()`` is false for a substituted variable, so
+        ``BOUND(?v)`` of each is written ``true`` (EP-SPARQL's negation, ``OPTIONALSEQ`` + ``!BOUND(?x)``, needs it).
+
+        >>> EventFilter("(!BOUND(?x) && ?y > 1)", "", (), ("x", "y"), (0, 0)).query(0, 0, frozenset({"x", "y"}))
+        'SELECT ?x ?y WHERE { FILTER (!true && ?y > 1) }'
+        """
         projection = " ".join(f"?{name}" for name in self.variables) or "*"
-        return f"{self.prologue}SELECT {projection} WHERE {{ FILTER {self.at(start, end)} }}"
+        expression = _bound_as_true(self.at(start, end), bound) if bound else self.at(start, end)
+        return f"{self.prologue}SELECT {projection} WHERE {{ FILTER {expression} }}"
+
+
+def _bound_as_true(expression: str, bound: frozenset[str]) -> str:
+    """``expression`` with ``BOUND(?v)`` written ``true`` for each ``v`` in ``bound`` (``?v`` or ``$v``)."""
+    tokens = list(tokenize(expression))
+    pieces, position = [], 0
+    for i in range(len(tokens) - 3):
+        call, opening, variable, closing = tokens[i : i + 4]
+        if call.is_keyword("BOUND") and opening.text == "(" and variable.kind is Kind.VAR \
+                and variable.text[1:] in bound and closing.text == ")":
+            pieces += [expression[position : call.start], "true"]
+            position = closing.end
+    return "".join(pieces) + expression[position:]
 
 
 FilterFunction = Callable[[EventFilter, Bindings, int, int], bool]

@@ -1,4 +1,4 @@
-"""Extended SPARQL queries (DESIGN §2) rewritten into standard SPARQL 1.1 plus separately evaluated parts.
+"""Extended SPARQL queries (docs/extended-sparql.md) rewritten into standard SPARQL 1.1 plus separately evaluated parts.
 
 pyoxigraph can neither parse ``REVISION``, ``WINDOWS`` or ``THEN()`` nor call back into Python for
 ``SERVICE``, so each extension part (and every ``SERVICE``) is cut out of the query and replaced by a
@@ -23,8 +23,10 @@ from typing import Literal
 from sparql_ext.errors import QuerySyntaxError, RevisionSyntaxError, WindowRefSyntaxError
 from sparql_ext.lexer import Kind, Token, check_nesting
 from sparql_ext.parsing import (
+    Edit,
     ParseContext,
     ParseFailure,
+    Rewritten,
     bracket_pairs,
     expect,
     extended_tokens,
@@ -42,7 +44,6 @@ THEN_FUNCTION = "urn:x-concentrator:fn:then"
 THEN_CALL = f"<{THEN_FUNCTION}>()"
 
 PartKind = Literal["revision", "windows", "service"]
-Edit = tuple[int, int, int, int]  # (start, end) in the rewritten text, (start, end) in the original
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,9 @@ class ExtensionPart:
 
 
 @dataclass(frozen=True)
-class ExtendedQuery:
-    """A query split into standard SPARQL 1.1 (``sparql``) and the extension parts it needs evaluated first."""
+class ExtendedQuery(Rewritten):
+    """A query split into standard SPARQL 1.1 (``sparql``) and the extension parts it needs evaluated first
+    (``original_offset`` and ``syntax_error``: ``Rewritten``)."""
 
     original: str
     sparql: str
@@ -105,21 +107,6 @@ class ExtendedQuery:
     #: False when ``sparql`` matches no pattern against its dataset (only the parts' tables, FILTER, BIND and VALUES:
     #: a rule over a window's aggregate), so any store gives its answer (``_reads_data``)
     reads_data: bool = True
-
-    def original_offset(self, offset_in_sparql: int) -> int:
-        """Position in ``original`` of a position in ``sparql``; inside a replacement, where that replacement began."""
-        shift = 0
-        for start, end, original_start, original_end in self.edits:
-            if offset_in_sparql < start:
-                break
-            if offset_in_sparql < end:
-                return original_start
-            shift = original_end - end
-        return offset_in_sparql + shift
-
-    def syntax_error(self, message: str, offset_in_sparql: int) -> QuerySyntaxError:
-        """An error found in ``sparql`` (e.g. by pyoxigraph), reported at the user's line and column."""
-        return QuerySyntaxError(message, self.original, self.original_offset(offset_in_sparql))
 
 
 @functools.lru_cache(maxsize=1024)

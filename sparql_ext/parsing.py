@@ -1,5 +1,6 @@
 """What the extended-query parsers share: the parse context over the tokens of one query (prefixes, base IRI,
-bracket pairs), positioned failures, and small readers of terms and variables."""
+bracket pairs), positioned failures, positions of a rewritten text mapped back to the user's (``Rewritten``), and
+small readers of terms and variables."""
 
 from __future__ import annotations
 
@@ -9,6 +10,33 @@ from dataclasses import dataclass, field
 from sparql_ext.errors import QuerySyntaxError
 from sparql_ext.iris import resolve_iri
 from sparql_ext.lexer import Kind, Token, tokenize
+
+Edit = tuple[int, int, int, int]  # (start, end) in the rewritten text, (start, end) in the original
+
+
+class Rewritten:
+    """A query rewritten from the user's text (``original``) into ``sparql`` by replacing spans (``edits``, in
+    order): positions in ``sparql`` map back to the user's text, so that every error is told where the user wrote
+    it. The base of the frozen dataclasses that declare these fields (``ExtendedQuery``, ``EventQuery``)."""
+
+    original: str
+    sparql: str
+    edits: tuple[Edit, ...]
+
+    def original_offset(self, offset_in_sparql: int) -> int:
+        """Position in ``original`` of a position in ``sparql``; inside a replacement, where that replacement began."""
+        shift = 0
+        for start, end, original_start, original_end in self.edits:
+            if offset_in_sparql < start:
+                break
+            if offset_in_sparql < end:
+                return original_start
+            shift = original_end - end
+        return offset_in_sparql + shift
+
+    def syntax_error(self, message: str, offset_in_sparql: int) -> QuerySyntaxError:
+        """An error found in ``sparql`` (by ``parse_extended`` or pyoxigraph), at the user's line and column."""
+        return QuerySyntaxError(message, self.original, self.original_offset(offset_in_sparql))
 
 
 class ParseFailure(Exception):

@@ -183,6 +183,9 @@ def parse_revision(text: str) -> RevisionDesignator:
         return Ordinal(int(value))
     if _DATETIME.fullmatch(_SPACE_FOR_PLUS.sub(r"\1+\2", value)):
         return parse_instant(text)
+    if "--" in value:
+        raise RevisionSyntaxError(f"revision {text!r} is a revision range (A--B), which only GET /store reads; "
+                                  "give one revision here")
     if value.startswith("HEAD"):
         raise RevisionSyntaxError(
             f"revision {text!r} is malformed: after HEAD only '~' and a number of revisions "
@@ -192,3 +195,36 @@ def parse_revision(text: str) -> RevisionDesignator:
         f"revision {text!r} is not a revision designator: use HEAD, HEAD~n, a revision UUID, "
         "an ordinal (1 = first transaction) or an xsd:dateTime with timezone"
     )
+
+
+@dataclass(frozen=True)
+class RevisionRange:
+    """Dydra's revision range ``A--B``: the revisions from ``first`` to ``last``, each a designator as the user wrote
+    it (checked), or None for ``*`` (the oldest readable revision at the start, HEAD at the end)."""
+
+    first: str | None
+    last: str | None
+
+
+def parse_revision_range(text: str) -> RevisionRange | None:
+    """A revision range ``A--B`` (``*`` for an open end), or None when ``text`` is one revision (no ``--``). A
+    dateTime has single hyphens only, so the first ``--`` splits the two ends.
+
+    >>> parse_revision_range("*--HEAD~1")
+    RevisionRange(first=None, last='HEAD~1')
+    >>> parse_revision_range("2016-06-20T10:00:00Z--*")
+    RevisionRange(first='2016-06-20T10:00:00Z', last=None)
+    >>> parse_revision_range("HEAD") is None
+    True
+    """
+    if "--" not in text:
+        return None
+    ends = [end.strip() for end in text.strip().split("--", 1)]
+    for end in ends:
+        if end != "*":
+            try:
+                parse_revision(end)
+            except RevisionSyntaxError as error:
+                raise RevisionSyntaxError(f"revision range {text!r}: {error}") from None
+    first, last = (None if end == "*" else end for end in ends)
+    return RevisionRange(first, last)

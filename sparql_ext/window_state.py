@@ -1,8 +1,10 @@
-"""The window core: one pure step of the continuous pipeline (DESIGN §2 "Completeness, order, time").
+"""The window core: one pure step of the continuous pipeline (windows and when they are complete:
+``sparql_ext.windowing``).
 
 What the Spark job does per micro-batch is *summarize* it: per stream, the largest element ordinal and timestamp
 read, the latest punctuation, the sequence registrations read, and for each assignable sequence the windows k
-each element of the batch falls in (``assign_ranges``, the same arithmetic Spark runs). Everything else is
+each element of the batch falls in (its kind's ``AssignmentRow``: ``assign_ranges`` is the arithmetic
+Spark runs, on numpy arrays). Everything else is
 :func:`advance`, a pure function of the pipeline's state, that summary, the registered sequences and the stream's
 element index:
 
@@ -32,11 +34,21 @@ from typing import Protocol
 
 import numpy as np
 
-from sparql_ext.windowing import ElementIndex, WindowSpec, bounds, is_complete, window
-
-Runs = tuple[tuple[int, int], ...]  # inclusive ordinal ranges, ascending
-OpenRuns = dict[int, list[list[int]]]  # window k -> inclusive ordinal runs assigned so far
-SequenceRuns = dict[str, OpenRuns]  # sequence id -> its windows' runs
+from sparql_ext.window_data import (
+    AssignmentRow,
+    OpenRuns,
+    OpenSpans,
+    Runs,
+    SequenceRuns,
+    SequenceSpans,
+    fold_runs,
+    fold_spans,
+    merge_runs,
+    merge_spans,
+    runs_of,
+)
+from sparql_ext.window_kinds import KINDS
+from sparql_ext.windowing import ElementIndex, WindowSpec, window
 
 #: Consecutive empty windows one sequence may emit in one batch before the rest of the empty stretch is
 #: skipped (a stream quiet for a day under a 1 s step would otherwise emit 86,400 empty revisions at once).
@@ -56,18 +68,22 @@ class PipelineState:
     # (the stream index may be ahead of what the pipeline has read):
     stream_time: int | None = None  # max element timestamp or punctuation read so far, µs
     seen: int = 0  # last element ordinal read so far (count windows complete against it)
+    spans: SequenceSpans = field(default_factory=dict)  # sequence -> k -> open window's times (session windows)
 
     def to_json(self) -> dict[str, object]:
         return {"batch": self.batch, "watermark": self.watermark, "next_index": self.next_index,
                 "origins": self.origins, "stream_time": self.stream_time, "seen": self.seen,
-                "open": {seq: {str(k): runs for k, runs in ws.items()} for seq, ws in self.open.items()}}
+                "open": {seq: {str(k): runs for k, runs in ws.items()} for seq, ws in self.open.items()},
+                "spans": {seq: {str(k): span for k, span in ws.items()} for seq, ws in self.spans.items()}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> PipelineState:
         opened = {seq: {int(k): runs for k, runs in ws.items()}
                   for seq, ws in data.get("open", {}).items()}  # type: ignore[attr-defined]
+        spans = {seq: {int(k): span for k, span in ws.items()}
+                 for seq, ws in data.get("spans", {}).items()}  # type: ignore[attr-defined]
         return cls(data["batch"], data.get("watermark"), opened, dict(data.get("next_index", {})),  # type: ignore
-                   dict(data.get("origins", {})), data.get("stream_time"), data.get("seen", 0))  # type: ignore
+                   dict(data.get("origins", {})), data.get("stream_time"), data.get("seen", 0), spans)  # type: ignore
 
 
 @dataclass
@@ -79,6 +95,7 @@ class BatchSummary:
     max_punctuation: int | None = None
     registrations: list[tuple[int, str, int]] = field(default_factory=list)  # (log position, sequence, h)
     runs: SequenceRuns = field(default_factory=dict)  # the batch's elements in windows of assignable sequences
+    spans: SequenceSpans = field(default_factory=dict)  # their times per window, for session windows
 
 
 class RegisteredSequence(Protocol):
@@ -128,15 +145,17 @@ def bound_spec(spec: WindowSpec, state: PipelineState, ident: str) -> WindowSpec
     return None
 
 
-def assignable(state: PipelineState, sequences: Iterable[RegisteredSequence]) -> dict[str, WindowSpec]:
-    """The sequences the batch job assigns elements to: live (registration read), t0 bound, and of one kind
-    (time width with time step, or count with count): a time width with a count step (a window starts at every
-    step-th element) is placed at completion from the index instead."""
+def assignable(state: PipelineState, sequences: Iterable[RegisteredSequence]) -> dict[str, AssignmentRow]:
+    """The sequences the batch job assigns elements to, as its rows: live (registration read), t0 bound, and of a
+    kind it assigns (a time width with a count step, whose window starts at every step-th element, is placed at
+    completion from the index instead)."""
     result = {}
     for sequence in sequences:
         spec = bound_spec(sequence.spec, state, sequence.id)
-        if sequence.id in state.next_index and spec is not None and spec.kind == spec.step_kind:
-            result[sequence.id] = spec
+        if sequence.id in state.next_index and spec is not None:
+            row = spec.window_kind.row(state.next_index[sequence.id], state.spans.get(sequence.id, {}))
+            if row is not None:
+                result[sequence.id] = row
     return result
 
 
@@ -156,9 +175,10 @@ def next_due(state: PipelineState, sequences: Iterable[RegisteredSequence], inde
     (lets the pipeline start a batch at once for the element that completes a window, and wait for the others).
 
     A time window k completes when the watermark (stream time − ``lateness``) reaches its end, a count window when
-    its last ordinal is read (``_complete``): the earliest of those over the next window of each live sequence.
-    A sequence registered but not read yet is left out (its registration record comes first). ``None`` when it
-    cannot be told from a timestamp or an ordinal: a t0 that waits for its anchor, a time width with a count step.
+    its last ordinal is read (``_complete``): the earliest of those over the next window of each live sequence
+    (its kind's ``due``). A sequence registered but not read yet is left out (its registration record comes first).
+    ``None`` when it cannot be told from a timestamp or an ordinal: a t0 that waits for its anchor, a time width
+    with a count step.
     """
     due_time: int | None = None
     due_ordinal: int | None = None
@@ -166,73 +186,47 @@ def next_due(state: PipelineState, sequences: Iterable[RegisteredSequence], inde
         if sequence.id not in state.next_index:
             continue
         spec = bound_spec(sequence.spec, state, sequence.id)
-        if spec is None or spec.kind != spec.step_kind:
+        if spec is None:
             return None
         k = state.next_index[sequence.id]
         if spec.count is not None and k >= spec.first + spec.count:
             continue  # every window of the sequence was materialized
-        window_bounds = bounds(spec, k, index)
-        if window_bounds is None:
+        due = spec.window_kind.due(k, index, lateness, state.spans.get(sequence.id, {}))
+        if due is None:
             return None
-        if spec.kind == "count":
-            due_ordinal = window_bounds[1] if due_ordinal is None else min(due_ordinal, window_bounds[1])
-        else:
-            end = window_bounds[1] + lateness
-            due_time = end if due_time is None else min(due_time, end)
+        if due[0] is not None:
+            due_time = due[0] if due_time is None else min(due_time, due[0])
+        if due[1] is not None:
+            due_ordinal = due[1] if due_ordinal is None else min(due_ordinal, due[1])
     return Due(due_time, due_ordinal)
 
 
 # -- assignment: the arithmetic the Spark job runs, on numpy arrays --------------------------------------------
 
-def assign_ranges(ordinals: np.ndarray, times: np.ndarray, spec: WindowSpec) -> tuple[np.ndarray, np.ndarray]:
-    """Per element, the windows ``lo..hi`` of ``spec`` holding it (none where ``lo > hi``); see
-    ``pipeline/assignment.py`` for the derivation: with ``v`` the element's time (or ordinal) minus the base,
-    k ∈ [⌊(v − width)/step⌋ + 1, ⌊v/step⌋] ∩ [kmin, kmax]."""
-    assert spec.origin is not None and spec.kind == spec.step_kind
-    by_time = spec.kind == "time"
-    base = spec.origin - (spec.width if spec.backward else 0)
-    value = (times if by_time else ordinals).astype(np.int64) - int(spec.backward) - base
-    kmin = spec.first
-    if not by_time:
-        kmin = max(kmin, -((spec.origin - 1) // spec.step))  # windows start at ordinal ≥ 1
-    lo = np.maximum((value - spec.width) // spec.step + 1, kmin)
-    hi = value // spec.step
-    if spec.count is not None:
-        hi = np.minimum(hi, spec.first + spec.count - 1)
-    return lo, hi
+def assign_ranges(row: AssignmentRow, ordinals: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The batch job's arithmetic on numpy arrays (``pipeline/assignment.py`` runs it in Spark SQL): per element, in
+    ordinal order, the windows ``lo..hi`` of the row's sequence holding it (none where ``lo > hi``)."""
+    return KINDS[row.kind].ranges(row, ordinals, times)
 
 
-def fold_runs(ordinals: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> OpenRuns:
-    """The elements' k ranges folded into ordinal runs per window k (gaps and islands, vectorized)."""
-    keep = lo <= hi
-    ordinals, lo, hi = ordinals[keep], lo[keep], hi[keep]
-    result: OpenRuns = {}
-    if ordinals.size == 0:
-        return result
-    counts = hi - lo + 1
-    take = np.repeat(np.arange(lo.size), counts)
-    offsets = np.arange(take.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    k, o = lo[take] + offsets, ordinals[take]
-    order = np.lexsort((o, k))
-    k, o = k[order], o[order]
-    breaks = np.ones(k.size, dtype=bool)
-    breaks[1:] = (k[1:] != k[:-1]) | (o[1:] != o[:-1] + 1)
-    starts = np.flatnonzero(breaks)
-    ends = np.append(starts[1:], k.size) - 1
-    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-        result.setdefault(int(k[s]), []).append([int(o[s]), int(o[e])])
-    return result
+def assign(row: AssignmentRow, ordinals: np.ndarray, times: np.ndarray) -> tuple[OpenRuns, OpenSpans]:
+    """The elements (in ordinal order) in the windows of one sequence: runs per window k, and for kinds that keep
+    spans each window's earliest and latest time (what the batch job gives the step for that sequence)."""
+    lo, hi = assign_ranges(row, ordinals, times)
+    return fold_runs(ordinals, lo, hi), (fold_spans(times, lo, hi) if KINDS[row.kind].keeps_spans else {})
 
 
-def history_runs(spec: WindowSpec, index: StreamIndex, last: int, lateness: int) -> OpenRuns:
-    """The windows of a sequence that became assignable, over every element read so far (up to ``last``)."""
+def history_runs(spec: WindowSpec, row: AssignmentRow, index: StreamIndex, last: int, lateness: int
+                 ) -> tuple[OpenRuns, OpenSpans]:
+    """The windows of a sequence that became assignable (as ``row``), over every element read so far (up to
+    ``last``)."""
     span = history_range(spec, index, last, lateness)
     if span is None:
-        return {}
+        return {}, {}
     found = index.elements(*span)
     ordinals = np.fromiter((e.ordinal for e in found), np.int64, len(found))
     times = np.fromiter((e.time for e in found), np.int64, len(found))
-    return fold_runs(ordinals, *assign_ranges(ordinals, times, spec))
+    return assign(row, ordinals, times)
 
 
 def history_range(spec: WindowSpec, index: StreamIndex, last: int, lateness: int) -> tuple[int, int] | None:
@@ -240,48 +234,8 @@ def history_range(spec: WindowSpec, index: StreamIndex, last: int, lateness: int
     if last < 1:
         return None
     assert spec.origin is not None
-    if spec.kind == "count":
-        lo = max(1, spec.origin + spec.first * spec.step)
-    elif lateness:
-        lo = 1  # timestamps are not ordered by ordinal: no cheap lower bound
-    else:
-        at = spec.origin + spec.first * spec.step
-        start = at - spec.width if spec.backward else at
-        # forward windows hold [start, …): first element at or after start; backward (start, …]: after it
-        before = index.last_at_or_before(start if spec.backward else start - 1)
-        lo = (before or 0) + 1
-    lo = max(lo, index.first_ordinal)
+    lo = max(spec.window_kind.history_start(index, lateness), index.first_ordinal)
     return (lo, last) if lo <= last else None
-
-
-def merge_runs(old: Iterable[list[int]], new: Iterable[list[int]]) -> list[list[int]]:
-    """Union of inclusive ordinal runs, sorted, adjacent runs joined.
-
-    >>> merge_runs([[1, 3]], [[4, 5], [7, 7]])
-    [[1, 5], [7, 7]]
-    """
-    merged: list[list[int]] = []
-    for first, last in sorted([list(r) for r in old] + [list(r) for r in new]):
-        if merged and first <= merged[-1][1] + 1:
-            merged[-1][1] = max(merged[-1][1], last)
-        else:
-            merged.append([first, last])
-    return merged
-
-
-def runs_of(ordinals: Iterable[int]) -> Runs:
-    """Ascending ordinals as inclusive runs.
-
-    >>> runs_of([1, 2, 3, 5])
-    ((1, 3), (5, 5))
-    """
-    runs: list[list[int]] = []
-    for o in ordinals:
-        if runs and o == runs[-1][1] + 1:
-            runs[-1][1] = o
-        else:
-            runs.append([o, o])
-    return tuple((a, b) for a, b in runs)
 
 
 # -- the step ------------------------------------------------------------------------------------------------------
@@ -294,8 +248,9 @@ def advance(state: PipelineState, summary: BatchSummary, sequences: Sequences[Re
     state = copy.deepcopy(state)
     registered = {sequence.id: sequence for sequence in sequences}
     state.seen = max(state.seen, summary.max_ordinal or 0)
-    for retired in [ident for ident in state.open if ident not in registered]:
-        del state.open[retired]  # its next_index stays: its revisions remain readable by id
+    for retired in [ident for ident in {*state.open, *state.spans} if ident not in registered]:
+        state.open.pop(retired, None)  # its next_index stays: its revisions remain readable by id
+        state.spans.pop(retired, None)
     for _, ident, _head in summary.registrations:
         if ident in registered and ident not in state.next_index:
             state.next_index[ident] = registered[ident].spec.first
@@ -303,16 +258,22 @@ def advance(state: PipelineState, summary: BatchSummary, sequences: Sequences[Re
     runs: SequenceRuns = {ident: dict(by_k) for ident, by_k in summary.runs.items()}
     already = set(assigned)
     for ident, spec in specs.items():
-        if spec.kind == spec.step_kind and ident not in already:
+        row = None if ident in already else spec.window_kind.row(state.next_index[ident], {})
+        if row is not None:
             # became assignable in this batch (registration read, or t0 bound): every element read so far,
             # this batch's included, is its history
-            for k, new in history_runs(spec, index, state.seen, lateness).items():
+            history, spans = history_runs(spec, row, index, state.seen, lateness)
+            for k, new in history.items():
                 into = runs.setdefault(ident, {})
                 into[k] = merge_runs(into.get(k, []), new)
+            if spans:
+                merge_spans(state.spans.setdefault(ident, {}), spans)
     for ident, by_k in runs.items():
         opened = state.open.setdefault(ident, {})
         for k, new in by_k.items():
             opened[k] = merge_runs(opened.get(k, []), new)
+    for ident, by_k_spans in summary.spans.items():
+        merge_spans(state.spans.setdefault(ident, {}), by_k_spans)
     times = [t for t in (state.stream_time, summary.max_time, summary.max_punctuation) if t is not None]
     if times:
         state.stream_time = max(times)
@@ -343,12 +304,10 @@ def _live_specs(state: PipelineState, sequences: Sequences[RegisteredSequence], 
     return specs
 
 
-def _complete(spec: WindowSpec, k: int, index: ElementIndex, state: PipelineState) -> bool:
-    """``windowing.is_complete`` with the pipeline's own head (count windows), for deterministic replays."""
-    if spec.kind == "count":
-        window_bounds = bounds(spec, k, index)
-        return window_bounds is not None and state.seen >= window_bounds[1]
-    return is_complete(spec, k, index, state.watermark)
+def _complete(spec: WindowSpec, ident: str, k: int, index: ElementIndex, state: PipelineState) -> bool:
+    """``windowing.is_complete`` with the pipeline's own head (count windows) and open windows (session windows),
+    for deterministic replays."""
+    return spec.window_kind.read_complete(k, index, state.watermark, state.seen, state.spans.get(ident, {}))
 
 
 def _materialize(state: PipelineState, ident: str, spec: WindowSpec, index: ElementIndex,
@@ -356,11 +315,13 @@ def _materialize(state: PipelineState, ident: str, spec: WindowSpec, index: Elem
     """Every window of one sequence that became complete, in order of k, popped from the open windows."""
     out: list[WindowDraft] = []
     opened = state.open.setdefault(ident, {})
+    spans = state.spans.get(ident, {})
     k = state.next_index[ident]
     limit = None if spec.count is None else spec.first + spec.count
+    by_job = spec.window_kind.row(k, spans) is not None
     empty_run = 0
-    while (limit is None or k < limit) and _complete(spec, k, index, state):
-        if spec.kind == "time" and spec.step_kind == "count":
+    while (limit is None or k < limit) and _complete(spec, ident, k, index, state):
+        if not by_job:
             # not assigned by the batch job (a window starts at every step-th element): its members are read from
             # the index; complete means the watermark passed its end, so every member has been read already
             found = window(spec, k, index)
@@ -368,10 +329,11 @@ def _materialize(state: PipelineState, ident: str, spec: WindowSpec, index: Elem
             start, end, members = found.start, found.end, runs_of(found.elements)
             opened.pop(k, None)
         else:
-            window_bounds = bounds(spec, k, index)
+            window_bounds = spec.window_kind.read_bounds(k, index, spans)
             assert window_bounds is not None
             start, end = window_bounds
             members = tuple((first, last) for first, last in opened.pop(k, []))
+            spans.pop(k, None)
         if not members:
             empty_run += 1
             if empty_run > MAX_EMPTY_RUN:
@@ -389,16 +351,17 @@ def _materialize(state: PipelineState, ident: str, spec: WindowSpec, index: Elem
         del opened[stale]
     if not opened:
         state.open.pop(ident, None)
+    if not spans:
+        state.spans.pop(ident, None)
     return out
 
 
 def _skip_target(spec: WindowSpec, k: int, opened: OpenRuns, state: PipelineState, limit: int | None) -> int:
-    """After a long empty stretch of a time/time sequence: the next window holding an element read so far, or
-    the first window not complete yet — every complete window in between is empty."""
-    if spec.kind != "time" or spec.step_kind != "time" or spec.origin is None or state.watermark is None:
+    """After a long empty stretch of a sequence whose bounds are arithmetic in time: the next window holding an
+    element read so far, or the first window not complete yet — every complete window in between is empty."""
+    first_incomplete = None if state.watermark is None else spec.window_kind.first_incomplete(state.watermark)
+    if first_incomplete is None:
         return k
-    reach = state.watermark - spec.origin - (0 if spec.backward else spec.width)
-    first_incomplete = reach // spec.step + 1  # first k whose end is past the watermark
     target = min([first_incomplete] + [j for j in opened if j > k])
     return max(k, target if limit is None else min(target, limit))
 
@@ -438,31 +401,16 @@ def _expiry_bound(state: PipelineState, sequences: Sequences[RegisteredSequence]
     # still to come, and elements come at most `lateness` late): (stream time − lateness, …) forward,
     # (… − width, …] backward.
     for sequence in sequences:
-        spec = sequence.spec
+        spec = bound_spec(sequence.spec, state, sequence.id) or sequence.spec
         k = state.next_index.get(sequence.id, spec.first)
         if spec.count is not None and k >= spec.first + spec.count:
             continue  # finished: needs nothing
         unknown = state.stream_time - lateness - spec.width + 1
-        if spec.kind == "count":
-            assert spec.origin is not None
-            limit = min(limit, max(1, spec.origin + k * spec.step))
-            continue
-        if spec.step_kind == "count":
-            if spec.anchor is None:
-                # a dateTime anchor: bounds() finds o0 as the element after the last one before t0 — keep that one
-                assert spec.origin is not None
-                before = index.last_at_or_before(spec.origin - 1)
-                if before is None and index.first_ordinal > 1:
-                    return None
-                limit = min(limit, before or limit)
-            window_bounds = bounds(spec, k, index)
-            start = None if window_bounds is None else window_bounds[0]
-        else:
-            origin = bound_spec(spec, state, sequence.id)
-            t0 = origin.origin if origin is not None else (None if spec.anchor is None else index.time_of(spec.anchor))
-            start = None if t0 is None else t0 + k * spec.step - (spec.width if spec.backward else 0)
-        if start is None:
-            threshold = min(threshold, unknown)
-        else:  # forward windows hold [start, …), backward (start, …]
-            threshold = min(threshold, start + 1 if spec.backward else start)
+        kept = spec.window_kind.kept_from(k, sequence.id in state.next_index, index, unknown, index.first_ordinal)
+        if kept is None:
+            return None
+        if kept[0] is not None:
+            limit = min(limit, kept[0])
+        if kept[1] is not None:
+            threshold = min(threshold, kept[1])
     return limit, threshold

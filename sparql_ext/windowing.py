@@ -1,4 +1,4 @@
-"""The one reference of window semantics (DESIGN §2 "WindowRef forms", "Completeness, order, time").
+"""The one reference of window semantics: WindowRef forms, window bounds, completeness (docs/streams.md, "WindowRef").
 
 The store's one-shot look-ups and the Spark pipeline must produce the windows this module produces;
 it is written to be obviously correct, not fast. Times are integer microseconds since the epoch
@@ -9,6 +9,9 @@ Resolution happens once, when a request or rule is registered: ``resolve`` fixes
 empty stream means its first element), the spec's ``origin`` is ``None`` — *pending* — and
 ``anchor`` names the element whose timestamp will be t0; ``bind_origin`` fills it in once that
 element exists. ``bounds``/``windows`` accept a pending spec and bind it on the fly from the index.
+
+What window k of a sequence is depends on its kind (time, count, session, …): ``spec.window_kind``
+(``sparql_ext.window_kinds``) answers it; the functions here are the reference written on it.
 """
 
 from __future__ import annotations
@@ -16,13 +19,19 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
+from typing import Literal
 
 from sparql_ext.errors import SparqlExtError
 from sparql_ext.revision import Head, Instant, Ordinal, RevisionDesignator, RevisionId
+from sparql_ext.window_data import Element, ElementIndex, Window
+from sparql_ext.window_kinds import NAMED_KINDS, WindowSpec
 from sparql_ext.windowref import WindowRef, format_revision
+
+__all__ = ["EPOCH", "Element", "ElementIndex", "ListIndex", "Window", "WindowNotResolvable", "WindowSpec",
+           "bind_origin", "bounds", "format_micros", "from_micros", "is_complete", "resolve", "to_micros", "window",
+           "windows"]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -65,42 +74,6 @@ class WindowNotResolvable(SparqlExtError):
         self.status_hint = status
 
 
-@dataclass(frozen=True)
-class Element:
-    """A stream element as windowing sees it: ordinal 1 is the stream's first element."""
-
-    ordinal: int
-    time: int  # µs since the epoch
-
-
-class ElementIndex(Protocol):
-    """What resolution and window assignment need from a stream; the store implements it too."""
-
-    def head(self) -> int:
-        """Latest ordinal, 0 when the stream is empty."""
-        ...
-
-    def time_of(self, ordinal: int) -> int | None:
-        """Timestamp of an element, None if it does not exist (yet)."""
-        ...
-
-    def ordinal_of(self, revision_uuid: uuid.UUID) -> int | None:
-        """Ordinal of the element committed as that revision."""
-        ...
-
-    def last_at_or_before(self, time: int) -> int | None:
-        """Ordinal of the last element with timestamp ≤ time."""
-        ...
-
-    def elements(self, first: int, last: int) -> list[Element]:
-        """Elements with first ≤ ordinal ≤ last, by ordinal."""
-        ...
-
-    def between(self, start: int, end: int, *, backward: bool) -> list[Element]:
-        """Elements with timestamp in [start, end) forward, (start, end] backward, by ordinal."""
-        ...
-
-
 class ListIndex:
     """``ElementIndex`` over a list of elements (ordinals 1..n in order), by linear scans."""
 
@@ -137,47 +110,15 @@ class ListIndex:
         return [element for element in self._elements if start <= element.time < end]
 
 
-@dataclass(frozen=True)
-class WindowSpec:
-    """A WindowRef resolved against a stream when it is registered; window k is ``bounds(spec, k, …)``.
-
-    ``origin`` is t0 (µs) for time windows — ``None`` while pending on element ``anchor`` — and
-    the ordinal o0 for count windows (never pending). ``anchor`` is the ordinal of the element whose
-    timestamp is t0 (time windows anchored at an element; also the o0 of an element-count step),
-    None for an ``xsd:dateTime`` anchor and for count windows.
-    """
-
-    ref: str
-    kind: Literal["time", "count"]
-    backward: bool
-    origin: int | None  # t0 in µs for time windows (None: pending on `anchor`), o0 for count windows
-    width: int  # µs (positive) or number of elements
-    step: int  # µs or number of elements
-    step_kind: Literal["time", "count"]
-    first: int  # first window index k (0; 1 for repeating backward time windows; skips for count windows)
-    count: int | None  # number of windows; None = unbounded
-    anchor: int | None = None  # ordinal whose timestamp is t0, for element-anchored time windows
-
-    @property
-    def pending(self) -> bool:
-        """True while t0 waits for the anchor element (e.g. HEAD of a stream that was empty)."""
-        return self.origin is None
-
-
-@dataclass(frozen=True)
-class Window:
-    """Window k: bounds in µs (time: [start, end) forward, (start, end] backward) or ordinals (count:
-    start..end inclusive); ``elements`` are the member ordinals in order."""
-
-    index: int
-    start: int
-    end: int
-    elements: tuple[int, ...]
-
-
 def resolve(ref: WindowRef, index: ElementIndex) -> WindowSpec:
     """Fix a WindowRef's anchor against the stream as it is now (registration)."""
     text = str(ref)
+    if ref.kind is not None:
+        kind = NAMED_KINDS.get(ref.kind)
+        if kind is None:
+            raise WindowNotResolvable(f"WINDOWS={text}: {ref.kind!r} names no window kind (the kinds: "
+                                      f"{', '.join(sorted(NAMED_KINDS))})", status=400)
+        return kind.spec_of(ref, text, *_time_anchor(text, ref.start, index))
     if ref.width is not None:
         origin, anchor = _time_anchor(text, ref.start, index)
         backward = ref.width < timedelta(0)
@@ -221,44 +162,19 @@ def bind_origin(spec: WindowSpec, index: ElementIndex) -> WindowSpec:
 
 def bounds(spec: WindowSpec, k: int, index: ElementIndex) -> tuple[int, int] | None:
     """Bounds of window k, or None while not determinable (pending t0, count-step element not arrived)."""
-    if spec.kind == "count":
-        assert spec.origin is not None, "count windows are never pending"
-        start = spec.origin + k * spec.step
-        return start, start + spec.width - 1
-    if spec.step_kind == "count":
-        anchor = _count_step_anchor(spec, index)
-        at = None if anchor is None else index.time_of(anchor + k * spec.step)
-    else:
-        origin = bind_origin(spec, index).origin
-        at = None if origin is None else origin + k * spec.step
-    if at is None:
-        return None
-    return (at - spec.width, at) if spec.backward else (at, at + spec.width)
+    return spec.window_kind.bounds(k, index)
 
 
 def is_complete(spec: WindowSpec, k: int, index: ElementIndex, watermark: int | None) -> bool:
     """Time window: the watermark (stream time known to have passed) reached its end; count: its last
     element arrived. Both membership conventions need w ≥ end: forward excludes end, backward includes it,
     and timestamps only increase up to w."""
-    window_bounds = bounds(spec, k, index)
-    if window_bounds is None:
-        return False
-    if spec.kind == "count":
-        return index.head() >= window_bounds[1]
-    return watermark is not None and watermark >= window_bounds[1]
+    return spec.window_kind.complete(k, index, watermark, index.head())
 
 
 def window(spec: WindowSpec, k: int, index: ElementIndex) -> Window | None:
     """Window k with the elements it holds so far (complete or not); None while its bounds are unknown."""
-    window_bounds = bounds(spec, k, index)
-    if window_bounds is None:
-        return None
-    start, end = window_bounds
-    if spec.kind == "count":
-        members = index.elements(start, end)
-    else:
-        members = index.between(start, end, backward=spec.backward)
-    return Window(k, start, end, tuple(element.ordinal for element in members))
+    return spec.window_kind.window(k, index)
 
 
 def windows(spec: WindowSpec, index: ElementIndex, watermark: int | None) -> list[Window]:
@@ -326,13 +242,3 @@ def _instant_of(text: str, revision: RevisionDesignator, index: ElementIndex) ->
             f"WINDOWS={text}: {format_revision(revision)} (element {anchor}) has not arrived, so the range "
             "has no time bound yet")
     return origin, anchor
-
-
-def _count_step_anchor(spec: WindowSpec, index: ElementIndex) -> int | None:
-    """o0 of an element-count step: the anchor element, or for a dateTime anchor the first element at or
-    after t0 (determinable once one has arrived; timestamps increase)."""
-    if spec.anchor is not None:
-        return spec.anchor
-    assert spec.origin is not None, "a dateTime anchor is never pending"
-    first_after = (index.last_at_or_before(spec.origin - 1) or 0) + 1
-    return first_after if first_after <= index.head() else None

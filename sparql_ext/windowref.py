@@ -1,6 +1,8 @@
 """WindowRef (seed 003, Fig. 1).
 
-``WindowRef ::= ('R' Integer? '/')? Revision ('/' (Revision | XPathDuration) ('/' (XPathDuration | Integer))?)?``
+``WindowRef ::= ('R' Integer? '/')? Revision ('/' (Revision | XPathDuration) ('/' (XPathDuration | Integer))?)?``,
+and a window kind named with its duration: ``('R' Integer? '/')? Revision '/' Kind '/' XPathDuration``, ``Kind`` an
+upper-case word (``R/HEAD/SESSION/PT5M``; the kinds are ``sparql_ext.window_kinds.NAMED_KINDS``).
 
 Pure parsing into a typed value; what the windows are (resolution against a stream, bounds,
 completeness) is ``sparql_ext.windowing``'s job. isodate cannot parse ISO 8601 repeating intervals,
@@ -21,6 +23,7 @@ from sparql_ext.errors import InstantSyntaxError, RevisionSyntaxError, WindowRef
 from sparql_ext.revision import Head, Instant, Ordinal, RevisionDesignator, RevisionId, parse_revision
 
 _REPEAT = re.compile(r"R(?P<count>[0-9]+)?")
+_KIND = re.compile(r"[A-Z]+")  # a window kind's name: not HEAD (a revision), not starting with P (a duration)
 _INTEGER = re.compile(r"[0-9]+")
 # XPath xs:duration lexical form; years/months are matched so that they can be refused by name.
 _DURATION = re.compile(
@@ -36,9 +39,9 @@ _MICROSECOND = timedelta(microseconds=1)
 class WindowRef:
     """A parsed WindowRef; ``str()`` gives its canonical text and ``parse_window_ref(str(ref)) == ref``.
 
-    Exactly one of ``end`` and ``width`` is set when there is a second component. A step is only
+    Exactly one of ``end``, ``width`` and ``kind`` is set when there is a second component. A step is only
     present with a second component; a duration step only with a time width (duration, or a
-    range with an ``xsd:dateTime`` end).
+    range with an ``xsd:dateTime`` end). A named kind (``SESSION``) has its ``duration`` and no step.
     """
 
     repeating: bool  # 'R' prefix present
@@ -47,6 +50,8 @@ class WindowRef:
     end: RevisionDesignator | None = None  # second component when it is a Revision
     width: timedelta | None = None  # second component when a duration (negative = backward)
     step: timedelta | int | None = None  # third component (duration or element count)
+    kind: str | None = None  # second component when it names a window kind
+    duration: timedelta | None = None  # third component after a named kind
 
     def __str__(self) -> str:
         parts = []
@@ -57,6 +62,8 @@ class WindowRef:
             parts.append(format_revision(self.end))
         if self.width is not None:
             parts.append(format_duration(self.width))
+        if self.kind is not None and self.duration is not None:
+            parts += [self.kind, format_duration(self.duration)]
         if self.step is not None:
             parts.append(str(self.step) if isinstance(self.step, int) else format_duration(self.step))
         return "/".join(parts)
@@ -72,7 +79,9 @@ def parse_window_ref(text: str) -> WindowRef:
 
     >>> parse_window_ref("R/HEAD/PT05M/PT01M")
     WindowRef(repeating=True, count=None, start=Head(back=0), end=None, width=datetime.timedelta(seconds=300), \
-step=datetime.timedelta(seconds=60))
+step=datetime.timedelta(seconds=60), kind=None, duration=None)
+    >>> parse_window_ref("R/HEAD/SESSION/PT05M").kind
+    'SESSION'
     >>> str(parse_window_ref("R5/HEAD~9/HEAD/1"))
     'R5/HEAD~9/HEAD/1'
     >>> str(parse_window_ref("HEAD/-PT05M"))
@@ -148,6 +157,10 @@ def _parse(text: str) -> WindowRef:
     end: RevisionDesignator | None = None
     width: timedelta | None = None
     step: timedelta | int | None = None
+    if len(parts) >= 2 and _KIND.fullmatch(parts[1]) and parts[1] != "HEAD" and not parts[1].startswith("P"):
+        if len(parts) != 3 or not _LOOKS_LIKE_DURATION.match(parts[2]):
+            _fail(ref, f"{parts[1]!r} names a window kind and is followed by a duration (e.g. R/HEAD/SESSION/PT5M)")
+        return WindowRef(repeating, count, start, kind=parts[1], duration=_duration(ref, parts[2]))
     if len(parts) >= 2:
         if _LOOKS_LIKE_DURATION.match(parts[1]):
             width = _duration(ref, parts[1])

@@ -1,12 +1,14 @@
 """The durable state, and only that: the revisioned dataset (``dataset``: HEAD on disk in pyoxigraph, reverse
-deltas as history: ``history``, ``revlog``, ``staging``), the streams and their elements (``streams``: the catalog;
+deltas as history: ``history``, ``revlog``, ``staging``; past revisions read: ``past``), the streams and their
+elements (``streams``: the catalog;
 ``stream``: one stream's elements, index, group commit and retention; ``elements``: framing elements out of upload
-bodies), and the window log (``windows``: registered sequences, window revisions, the pipeline's state). No
-evaluation, no rules, no Spark, no HTTP.
+bodies; ``log_reading`` and ``log_contents``: the element logs' records and contents as other packages read them),
+and the window log (``windows``: registered sequences, window revisions, the pipeline's state). No evaluation, no
+rules, no Spark, no HTTP.
 
-The names below are imported on first use: Spark's Python processes import ``store.element_log`` (through the
-window pipeline's log reader) and must not pay for the dataset, pyoxigraph and the SPARQL parser each time one
-starts (≈ 0.13 s of imports, in ≈ 8 processes per Spark start)."""
+The names below are imported on first use: Spark's Python processes import ``store.log_reading`` (the window
+pipeline's source reads the element logs with it) and must not pay for the dataset, pyoxigraph and the SPARQL parser
+each time one starts (≈ 0.13 s of imports, in ≈ 8 processes per Spark start)."""
 
 from __future__ import annotations
 

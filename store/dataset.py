@@ -19,9 +19,7 @@ from __future__ import annotations
 import gc
 import logging
 import shutil
-import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +34,7 @@ from sparql_ext.errors import ConcentratorError
 from store.durable import fsync_file
 from store.errors import DatasetUnavailable, GraphNotFound, RevisionNotRetained, StorageFailure
 from store.history import History, UndoStep, journal_graphs, undo
+from store.past import PastStates, copy_quads, graph_at, graph_changes, undo_deltas, write_checkpoint, write_copy
 from store.revlog import Revision, RevisionLog
 from store.rwlock import ReadWriteLock
 from store.staging import StagedQuads, concatenate, stage_rdf
@@ -80,8 +79,7 @@ class RevisionedDataset:
         self._lock = ReadWriteLock()
         self._writer = threading.Lock()  # one transaction at a time, even before it locks readers
         self._retention = retention
-        self._cache: OrderedDict[int, Store] = OrderedDict()
-        self._cache_size = revision_cache
+        self._past = PastStates(revision_cache)
         self._unavailable: str | None = None  # why reads and writes are refused (an undo that could not complete)
         self._recover()
         self._log = RevisionLog(self._history.read_revisions())
@@ -148,26 +146,10 @@ class RevisionedDataset:
         with self._lock.read():
             self._check_available()
             if self._in_memory:
-                state = self._store if ordinal == self._log.head else self._state_at(ordinal)
-                with tempfile.TemporaryFile(dir=self._staging_dir) as dump:
-                    state.dump(dump, NQ)
-                    dump.seek(0)
-                    copy = Store(str(path))
-                    copy.bulk_load(dump, NQ)
-                copy.flush()
-                del copy  # the last reference: pyoxigraph closes the store (readers open it afterwards)
-                return
-            self._store.backup(str(path))
-            if ordinal == self._log.head:
-                return
-            past = Store(str(path))  # the checkpoint is a database of its own: changing it leaves HEAD alone
-            for revision in reversed(self._log.since(ordinal)):
-                ins, dele = self._history.delta_paths(revision.ordinal)
-                for quad in parse(path=ins, format=NQ):
-                    past.remove(quad)
-                past.bulk_extend(parse(path=dele, format=NQ))
-            past.flush()
-            del past
+                write_copy(self._store if ordinal == self._log.head else self._state_at(ordinal), path,
+                           self._staging_dir)
+            else:
+                write_checkpoint(self._store, path, self._history, self._log.since(ordinal))
 
     def graph_quads(self, graph: GraphName, ordinal: int | None = None) -> list[Quad] | None:
         """The quads of one graph at a revision; None if the graph does not exist there."""
@@ -178,11 +160,7 @@ class RevisionedDataset:
                 if current or isinstance(graph, DefaultGraph):
                     return current
                 return current if self._store.contains_named_graph(graph) else None
-            quads = set(current)
-            for revision in reversed(self._log.since(ordinal)):
-                ins, dele = self._history.delta_paths(revision.ordinal)
-                quads.difference_update(q for q in parse(path=ins, format=NQ) if q.graph_name == graph)
-                quads.update(q for q in parse(path=dele, format=NQ) if q.graph_name == graph)
+            quads = graph_at(current, graph, self._history, self._log.since(ordinal))
         if not quads and not isinstance(graph, DefaultGraph):
             return None  # at past revisions a graph exists when it has quads
         return list(quads)
@@ -195,18 +173,9 @@ class RevisionedDataset:
         with self._lock.read():
             self._check_available()
             oldest = self._oldest_readable  # the revisions after it have their deltas
-            quads = set(self._store.quads_for_pattern(None, None, None, graph))
+            quads = list(self._store.quads_for_pattern(None, None, None, graph))
             exists = bool(quads) or isinstance(graph, DefaultGraph) or self._store.contains_named_graph(graph)
-            found: list[Revision] = []
-            for revision in reversed(self._log.since(oldest)):  # HEAD down to oldest + 1
-                ins, dele = self._history.delta_paths(revision.ordinal)
-                inserted = [q for q in parse(path=ins, format=NQ) if q.graph_name == graph]
-                deleted = [q for q in parse(path=dele, format=NQ) if q.graph_name == graph]
-                if (inserted or deleted) and exists:
-                    found.append(revision)
-                quads.difference_update(inserted)
-                quads.update(deleted)
-                exists = bool(quads) or isinstance(graph, DefaultGraph)  # in the past a graph exists with quads
+            found, exists = graph_changes(quads, exists, graph, self._history, self._log.since(oldest))
             first = self._log.get(oldest)  # None for 0, the empty state
             if first is not None and exists:
                 found.append(first)
@@ -219,23 +188,14 @@ class RevisionedDataset:
 
     def _state_at(self, ordinal: int) -> Store:
         """HEAD with the deltas after ``ordinal`` undone, in memory (caller holds a read lock)."""
-        if ordinal in self._cache:
-            self._cache.move_to_end(ordinal)
-            return self._cache[ordinal]
-        state = Store()
-        with tempfile.TemporaryFile(dir=self._staging_dir) as dump:
-            self._store.dump(dump, NQ)
-            dump.seek(0)
-            state.bulk_load(dump, NQ)
-        for revision in reversed(self._log.since(ordinal)):
-            ins, dele = self._history.delta_paths(revision.ordinal)
-            for quad in parse(path=ins, format=NQ):
-                state.remove(quad)
-            state.bulk_extend(parse(path=dele, format=NQ))
-        self._cache[ordinal] = state
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
-        return state
+
+        def rewound() -> Store:
+            state = Store()
+            copy_quads(self._store, state, self._staging_dir)
+            undo_deltas(state, self._history, self._log.since(ordinal))
+            return state
+
+        return self._past.get(ordinal, rewound)
 
     # --- writes -----------------------------------------------------------------------------
     def stage(self, source, rdf_format: RdfFormat, **options) -> StagedQuads:  # type: ignore[no-untyped-def]
@@ -466,7 +426,7 @@ class RevisionedDataset:
         while self._oldest_readable < horizon:
             self._oldest_readable += 1
             self._history.drop_deltas(self._oldest_readable)
-            self._cache.pop(self._oldest_readable - 1, None)
+            self._past.forget(self._oldest_readable - 1)
 
     def close(self) -> None:
         """Flush and release the store (RocksDB's lock and files): its directory may be removed or reopened
@@ -476,7 +436,7 @@ class RevisionedDataset:
                 return
             self._closed = True
             self._store.flush()
-            self._cache.clear()
+            self._past.clear()
             self._store = None  # type: ignore[assignment]  # the last reference: pyoxigraph closes the store
 
 

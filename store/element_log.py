@@ -1,4 +1,4 @@
-"""A stream's element log: the source of truth for its elements, their content included (issue 14).
+"""A stream's element log: the source of truth for its elements, their content included.
 
 Layout under ``<data>/streams/<name>/log/``: segments, each a pair of files named by the segment's *base*, the
 global byte offset of its first record::
@@ -27,6 +27,7 @@ from pathlib import Path
 
 from store.log_records import ElementRecord, LogRecord, decode, encode
 
+LOG_DIRECTORY = "log"  # in a stream's directory
 SEGMENT_BYTES = 64 << 20  # content bytes per segment before a new one starts
 _SUFFIXES = (".jsonl", ".dat")
 
@@ -66,6 +67,11 @@ class _Segment:
 
 def segment_name(base: int) -> str:
     return f"{base:020d}"
+
+
+def records_file(directory: Path, base: int) -> Path:
+    """The ``.jsonl`` file of segment ``base`` of the log in ``directory``."""
+    return directory / (segment_name(base) + ".jsonl")
 
 
 def segment_bases(directory: Path) -> list[int]:

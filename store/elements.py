@@ -1,4 +1,4 @@
-"""Stream elements framed out of an RDF body as it is parsed (DESIGN §2 "Completeness, order, time").
+"""Stream elements framed out of an RDF body as it is parsed (docs/streams.md, "Upload").
 
 A stream element is one named graph plus one timestamp triple ``<g> ts-predicate "…"^^xsd:dateTime``
 in the default graph. In TriG/N-Quads the timestamp triple may come just before or just after its

@@ -25,6 +25,9 @@ class InvalidIri(StoreError):
 
 
 class UnsupportedMediaType(StoreError):
+    """A body, message or ``format=`` in a media type (or charset) this server does not read; the one 415 of every
+    layer."""
+
     status_hint = 415
 
 
@@ -42,6 +45,13 @@ class ElementTooLarge(BodyTooLarge):
 
 class GraphNotFound(StoreError):
     status_hint = 404
+
+
+class QuadOutsideTarget(StoreError):
+    """A quad of a body sent to one graph that names another graph (a TriG, N-Quads or JSON-LD body to
+    ``/store?graph=G``): the write is refused rather than the quad moved or dropped."""
+
+    status_hint = 400
 
 
 class RevisionNotFound(StoreError):
@@ -107,6 +117,12 @@ class StreamNotFound(StoreError):
 
 class InvalidStreamName(StoreError):
     """A stream (or rule) name outside 1-128 letters, digits, '.', '_', '-'."""
+
+    status_hint = 400
+
+
+class StreamSettingInvalid(StoreError):
+    """A stream setting the store cannot take (an LDES page shorter than a second)."""
 
     status_hint = 400
 

@@ -1,8 +1,9 @@
 """Media types and the pyoxigraph formats they name: one table per use, each derived from the same entries.
 
 ``RESULTS_FORMATS`` (SELECT / ASK results), ``GRAPH_FORMATS`` (triples), ``DATASET_FORMATS`` (quads),
-``BODY_FORMATS`` (what a Graph Store or stream body may be sent as), ``MESSAGE_FORMATS`` (an element that comes
-alone: an MQTT or WebSocket message) and ``UPLOAD_FORMATS`` (a WebSocket upload: one element per message, framed).
+``BODY_FORMATS`` (what a Graph Store body may be sent as), ``STREAM_BODY_FORMATS`` (a stream upload's body),
+``MESSAGE_FORMATS`` (an element that comes alone: an MQTT message), ``UPLOAD_FORMATS`` (a WebSocket upload: one
+element per message, framed) and ``LDES_FORMATS`` (the pages of a stream's LDES).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ BODY_FORMATS: dict[str, RdfFormat] = {
     "application/x-turtle": RdfFormat.TURTLE,
     "application/json": RdfFormat.JSON_LD,
 }
+# each named graph one element (TriG, N-Quads, JSON-LD), or the whole body one element (Turtle, N-Triples); no RDF/XML
+STREAM_BODY_FORMATS: dict[str, RdfFormat] = {k: v for k, v in BODY_FORMATS.items() if v != RdfFormat.RDF_XML}
 # TriG / N-Quads / JSON-LD with the element's graph name and timestamp triple; Turtle / N-Triples / plain JSON-LD as
 # the content of one element
 MESSAGE_FORMATS: dict[str, RdfFormat] = {
@@ -43,3 +46,4 @@ MESSAGE_FORMATS: dict[str, RdfFormat] = {
     "application/ld+json": RdfFormat.JSON_LD,
 }
 UPLOAD_FORMATS: dict[str, RdfFormat] = dict(DATASET_FORMATS)
+LDES_FORMATS: dict[str, RdfFormat] = {**DATASET_FORMATS, "application/ld+json": RdfFormat.JSON_LD}

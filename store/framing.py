@@ -1,5 +1,5 @@
 """Framing stream elements out of a TriG / N-Quads body as it arrives, with pyoxigraph doing the per-statement
-work in Rust and Python handling one record per element (DESIGN §2 "Completeness, order, time"; issue 14).
+work in Rust and Python handling one record per element (what an element is: ``store.elements``).
 
 1. **Segments.** The body is read as bytes arrive and cut at statement boundaries: N-Quads after its last
    newline; TriG after a top-level ``}`` or ``.`` at a line end, a cut confirmed by parsing the segment (the
@@ -48,7 +48,7 @@ from store.elements import (
     parse_timestamp,
 )
 from store.errors import BodyTooLarge, ElementRejected, ElementTooLarge, RdfSyntaxError, StatementTooLarge
-from store.limits import ELEMENT_LIMIT, STATEMENT_LIMIT, guarded
+from store.limits import ELEMENT_LIMIT, STATEMENT_LIMIT, checked, guarded
 from store.staging import TOKEN_TOO_LONG, check_statements, first_long_line, parser_overflow
 
 _READ = 1 << 16
@@ -399,4 +399,17 @@ def frame_elements(source: IO[bytes], rdf_format: RdfFormat, timestamp_predicate
                               first_ordinal=first_ordinal))
 
 
-__all__ = ["ElementFramer", "RdfSyntaxError", "ElementRejected", "frame_elements"]
+def one_element(message: bytes, rdf_format: RdfFormat, timestamp_predicate: str, *, base_iri: str | None = None,
+                first_ordinal: int = 1) -> ParsedElement:
+    """The one element (or punctuation: a timestamp triple alone) a TriG / N-Quads message holds, framed as an upload
+    is: a WebSocket upload's message, an MQTT message. Refused (``ElementRejected``, 400) when it holds none or
+    several; a message nested too deep is refused whole before it is parsed."""
+    elements = list(ElementFramer(checked(message, rdf_format.media_type), rdf_format, timestamp_predicate,
+                                  base_iri=base_iri, first_ordinal=first_ordinal))
+    if len(elements) != 1:
+        raise ElementRejected(f"a message is one element (a named graph and its timestamp triple); this one holds "
+                              f"{len(elements)}: send one message per element")
+    return elements[0]
+
+
+__all__ = ["ElementFramer", "RdfSyntaxError", "ElementRejected", "frame_elements", "one_element"]

@@ -1,4 +1,4 @@
-"""Stream elements framed out of a JSON-LD upload (issue 16): each top-level named graph object (``@id`` + ``@graph``)
+"""Stream elements framed out of a JSON-LD upload: each top-level named graph object (``@id`` + ``@graph``)
 is one element, and its timestamp is its ``prov:generatedAtTime`` (the stream's timestamp predicate), which JSON-LD
 puts in the default graph — the element shape of a TriG upload.
 

@@ -6,7 +6,7 @@ specification): the stream IRI is an ``ldes:EventStream`` whose members are the 
   graph (so ``ldes:timestampPath`` is the stream's timestamp predicate) and its named graph ``<g>``, which is what
   the LDES member extraction algorithm collects (the star pattern of ``<g>`` in the default graph and the named
   graph ``<g>``). Contents come from the element log, every literal and blank node label as uploaded.
-* **Pages.** Stream time is cut into fragments of ``ldes_page`` µs aligned on the Unix epoch; every fragment holding a
+* **Pages.** Stream time is cut into fragments of ``ldes.page`` µs aligned on the Unix epoch; every fragment holding a
   published element is a page (``tree:Node``) identified by its start. The root node (the view) links to the oldest
   retained page, and each page to the next one, with a ``tree:GreaterThanOrEqualToRelation`` on the timestamp
   path whose value is the next page's start (a chain: everything reachable from it is at or after that value).
@@ -32,8 +32,9 @@ from datetime import timedelta
 import isodate
 
 from sparql_ext.windowing import Element, format_micros
-from store.errors import PageGone, PageNotFound
+from store.errors import PageGone, PageNotFound, StreamSettingInvalid
 from store.stream import Stream
+from store.stream_config import StreamConfig
 
 LDES = "https://w3id.org/ldes#"
 TREE = "https://w3id.org/tree#"
@@ -69,6 +70,16 @@ class Page:
         return self.next_start is not None
 
 
+MIN_PAGE = 1_000_000  # µs: an LDES page spans at least a second
+
+
+def check_pages(config: StreamConfig) -> None:
+    """The stream's LDES pages as configured (``ldes-page``): at least ``MIN_PAGE`` long (the catalog's check)."""
+    if config.ldes.page < MIN_PAGE:
+        raise StreamSettingInvalid(f"ldes-page is {config.ldes.page / 1e6:g} s: an LDES page spans at least a "
+                                   "second (PT1S)")
+
+
 def fragment_start(time: int, width: int) -> int:
     return time - time % width
 
@@ -80,7 +91,7 @@ def published_until(stream: Stream) -> int | None:
 
 def retained_from(stream: Stream) -> int | None:
     """The start of the oldest page retention left whole (None: nothing expired)."""
-    width = stream.config.ldes_page
+    width = stream.config.ldes.page
     expired = stream.expired_time
     if expired is None and stream.first_ordinal > 1:  # a cut made before the expired time was kept
         first = stream.time_of(stream.first_ordinal)
@@ -97,12 +108,12 @@ def _first_published(stream: Stream, at_or_after: int | None) -> Element | None:
 def first_page(stream: Stream) -> int | None:
     """The start of the oldest retained page (None: nothing is published yet)."""
     found = _first_published(stream, retained_from(stream))
-    return None if found is None else fragment_start(found.time, stream.config.ldes_page)
+    return None if found is None else fragment_start(found.time, stream.config.ldes.page)
 
 
 def page(stream: Stream, start: int) -> Page:
     """The page of the stream starting at ``start``; ``PageNotFound`` or ``PageGone`` (expired) when there is none."""
-    width = stream.config.ldes_page
+    width = stream.config.ldes.page
     duration = isodate.duration_isoformat(timedelta(microseconds=width))
     if start % width:
         raise PageNotFound(f"stream {stream.config.name!r} has no LDES page starting at {format_micros(start)}: pages "
@@ -177,5 +188,5 @@ def _relation(stream: Stream, source: str, target: str, value: int) -> list[str]
 def _tag(stream: Stream, start: int, count: int, last: int, next_start: int | None) -> str:
     # Elements never change and only ever join a page: its count and latest ordinal tell its members apart.
     config = stream.config
-    text = f"{stream.uuid_of(0)}|{config.ldes_page}|{config.timestamp_predicate}|{start}|{count}|{last}|{next_start}"
+    text = f"{stream.uuid_of(0)}|{config.ldes.page}|{config.timestamp_predicate}|{start}|{count}|{last}|{next_start}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -1,6 +1,6 @@
 """The records of a stream's element log (the ``.jsonl`` segments of ``<data>/streams/<name>/log/``, see
-``store.element_log``): written by the stream's committer,
-read back by its recovery and by the Spark source (``pipeline.element_source``). One JSON object per line, with
+``store.element_log``): written by the stream's committer, read back by its recovery and, for other packages, by
+``store.log_reading`` (the Spark source's records, as Arrow). One JSON object per line, with
 short keys (the log is read on every batch):
 
 - element ``{"o": ordinal, "t": µs, "g": graph (N-Triples form), "c": commit µs[, "f": origin], "d": offset,
@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+#: Each key of a record line and its JSON value's type, as pyarrow names it: what a columnar reader of the log parses
+#: (``store.log_reading``).
+KEY_TYPES: dict[str, str] = {"o": "int64", "t": "int64", "g": "string", "c": "int64", "f": "string", "d": "int64",
+                             "n": "int64", "p": "int64", "r": "string", "h": "int64"}
 
 
 @dataclass(frozen=True)

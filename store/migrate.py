@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pyoxigraph import DefaultGraph, NamedNode, Quad, RdfFormat, Store, serialize
 
-from store.element_log import ElementLog
+from store.element_log import LOG_DIRECTORY, ElementLog
 from store.log_records import ElementRecord, LogRecord, decode
 from store.terms import graph_from_text
 
@@ -29,10 +29,10 @@ _GROUP = 1_000  # records per append
 def migrate_stream(directory: Path, spark_directory: Path) -> bool:
     """Move a stream of the old layout into the element log; False when there is nothing to migrate."""
     old_log, old_store = directory / "log.jsonl", directory / "store"
-    if not old_log.exists() or (directory / "log").exists():
+    if not old_log.exists() or (directory / LOG_DIRECTORY).exists():
         return False
     store = Store(str(old_store)) if old_store.exists() else Store()
-    target = ElementLog(directory / "log")
+    target = ElementLog(directory / LOG_DIRECTORY)
     entries: list[tuple[LogRecord, bytes | None]] = []
     migrated = 0
     for line in old_log.read_bytes().splitlines():

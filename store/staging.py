@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, cast
 
-from pyoxigraph import Quad, RdfFormat, parse, serialize
+from pyoxigraph import DefaultGraph, Quad, RdfFormat, parse, serialize
 
-from store.errors import BodyTooLarge, RdfSyntaxError, StatementTooLarge
+from store.errors import BodyTooLarge, QuadOutsideTarget, RdfSyntaxError, StatementTooLarge
 from store.limits import STATEMENT_LIMIT, guarded
-from store.terms import GraphName
+from store.terms import GraphName, graph_to_text
 
 _SHOWN = 60  # bytes of an oversized statement quoted in its refusal
 # pyoxigraph's words when a token (a literal, an IRI, a comment) outgrows its parser's buffer: a MemoryError
@@ -71,8 +71,9 @@ def stage_rdf(
     max_bytes: int | None = None,
     rename_blank_nodes: bool = True,
 ) -> StagedQuads:
-    """Parse ``source`` into a staging file. ``to_graph``: put every triple there and refuse
-    named graphs (a Graph Store request that targets one graph)."""
+    """Parse ``source`` into a staging file. ``to_graph`` (a Graph Store request that targets one graph): the
+    triples and the default graph's quads go there, quads naming ``to_graph`` stay, and a quad naming another graph
+    is refused (``QuadOutsideTarget``)."""
     fd, name = tempfile.mkstemp(suffix=".nq", dir=directory)
     os.close(fd)
     staged = StagedQuads(Path(name))
@@ -85,12 +86,16 @@ def stage_rdf(
                           rdf_format.media_type),
             format=rdf_format,
             base_iri=base_iri,
-            without_named_graphs=to_graph is not None,
             rename_blank_nodes=rename_blank_nodes,
         )
         graphs = staged.graphs
         for quad in parser:
-            if to_graph is not None:
+            if to_graph is not None and quad.graph_name != to_graph:
+                if not isinstance(quad.graph_name, DefaultGraph):
+                    raise QuadOutsideTarget(
+                        f"{label}: a quad names graph {graph_to_text(quad.graph_name)}, but this request writes "
+                        f"graph {graph_to_text(to_graph)}; send that graph's quads (or triples, which go into it), "
+                        "or send quads of several graphs to /store")
                 quad = Quad(quad.subject, quad.predicate, quad.object, to_graph)
             graphs.add(quad.graph_name)
             staged.count += 1
@@ -99,7 +104,7 @@ def stage_rdf(
     try:
         with staged.path.open("wb") as out:
             serialize(quads(), cast(IO[bytes], StatementGuard(out, label, max_total=max_bytes)), RdfFormat.N_QUADS)
-    except (BodyTooLarge, RdfSyntaxError):  # RdfSyntaxError: nested too deep (store.limits)
+    except (BodyTooLarge, RdfSyntaxError, QuadOutsideTarget):  # RdfSyntaxError: nested too deep (store.limits)
         staged.discard()
         raise
     except MemoryError as error:

@@ -1,4 +1,5 @@
-"""One stream: its element log (the elements and their content), its index, and group commit (issue 14).
+"""One stream: its element log (the elements and their content), its index, and group commit (docs/streams.md,
+"How it is stored").
 
 Layout under ``<data>/streams/<name>/``::
 
@@ -32,10 +33,11 @@ from pyoxigraph import NamedNode, Quad, RdfFormat, Store, parse, serialize
 
 from sparql_ext.windowing import WindowSpec, format_micros
 from store.durable import now_micros, write_json
-from store.element_log import ElementLog, Location, runs
+from store.element_log import LOG_DIRECTORY, ElementLog, Location, runs
 from store.elements import ParsedElement
 from store.errors import DuplicateElement, ElementOutOfOrder, ElementRejected, StorageFailure
 from store.framing import oversize, statements_in_block
+from store.log_contents import ContentRun
 from store.log_records import ElementRecord, LogRecord, PunctuationRecord, RegistrationRecord
 from store.stream_config import StreamConfig
 from store.stream_index import StreamIndex
@@ -84,7 +86,7 @@ class Stream(StreamIndex):
         self.directory = directory
         self.config = config
         directory.mkdir(parents=True, exist_ok=True)
-        self._log = ElementLog(directory / "log")
+        self._log = ElementLog(directory / LOG_DIRECTORY)
         super().__init__(config.uuid_prefix, time_ordered=config.lateness > 0)
         self._window_lock = threading.Lock()
         self._window_stores: OrderedDict[tuple[int, ...], Store] = OrderedDict()  # see window_store
@@ -146,10 +148,11 @@ class Stream(StreamIndex):
         document it is their window dataset, every literal and blank node label as it was uploaded."""
         return self._log.read(self._locations(ordinals))
 
-    def content_runs(self, ordinals: Iterable[int]) -> list[tuple[str, int, int]]:
+    def content_runs(self, ordinals: Iterable[int]) -> list[ContentRun]:
         """Where ``contents(ordinals)`` is on disk: (``.dat`` file, offset, length) runs, in order. Another process on
-        this machine (or one that mounts the data directory at the same path) reads the window from them."""
-        return [(str(self._log.content_file(run.segment)), run.offset, run.length)
+        this machine (or one that mounts the data directory at the same path) reads the window from them
+        (``store.log_contents.read_runs``)."""
+        return [ContentRun(str(self._log.content_file(run.segment)), run.offset, run.length)
                 for run in runs(self._locations(ordinals))]
 
     def _locations(self, ordinals: Iterable[int]) -> list[Location]:

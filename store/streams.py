@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from store.errors import InvalidStreamName, StreamConflict, StreamNotFound
+from store.ldes import check_pages
 from store.migrate import migrate_stream
 from store.stream import Stream
 from store.stream_config import StreamConfig
@@ -43,6 +44,9 @@ class StreamCatalog:
         # called after a stream is created or reconfigured (new aliases): rules re-discover their inputs
         self.on_change: list[Callable[[Stream], None]] = []
         self.on_delete: list[Callable[[str], None]] = []  # called with the name, before the stream is removed
+        # called with each configuration ``put`` is given, before anything changes: each raises the error of a setting
+        # its part cannot take (the store's LDES pages here; the composition root adds the connectors' checks)
+        self.checks: list[Callable[[StreamConfig], None]] = [check_pages]
 
     def names(self) -> list[str]:
         return sorted(self._streams)
@@ -65,8 +69,11 @@ class StreamCatalog:
         return {alias: stream.config.name for stream in self._streams.values() for alias in stream.config.aliases}
 
     def put(self, config: StreamConfig) -> tuple[Stream, bool]:
-        """Create or reconfigure; returns the stream and whether it was created."""
+        """Create or reconfigure (once every check has taken ``config``); returns the stream and whether it was
+        created."""
         check_stream_name(config.name)
+        for check in self.checks:
+            check(config)
         with self._lock:
             taken = sorted(alias for alias in config.aliases if self._aliases.get(alias, config.name) != config.name)
             if taken:

@@ -24,7 +24,8 @@ from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sparql_ext.window_state import PipelineState, Runs
+from sparql_ext.window_data import Runs
+from sparql_ext.window_state import PipelineState
 from sparql_ext.windowing import WindowSpec
 from store.durable import fsync_file, now_micros, write_json
 

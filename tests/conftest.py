@@ -7,9 +7,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from concentrator.compose import http_app
 from conformance.mqtt_broker import Mosquitto, running_broker, skip_reason_mosquitto
 from conformance.server import RunningServer, running_server
-from protocol import ServerConfig, create_app
+from protocol import ServerConfig
 from store import RevisionedDataset
 
 
@@ -57,7 +58,7 @@ def dataset(tmp_path: Path) -> Iterator[RevisionedDataset]:
 @pytest.fixture
 def app(tmp_path: Path) -> Flask:
     config = ServerConfig(tmp_path / "data", max_body_bytes=1_000_000)
-    return create_app(config)
+    return http_app(config)
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ import flask
 import pytest
 from flask.testing import FlaskClient
 
+from concentrator.compose import http_app
 from conformance.server import REPO_ROOT, free_port
-from protocol import ServerConfig, create_app
+from protocol import ServerConfig
 from protocol.access import RateLimiter, need_of, parsed_request
 
 TTL = {"Content-Type": "text/turtle"}
@@ -42,13 +43,13 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
     ("OPTIONS", "/store", "", "", False),
 ])
 def test_what_is_a_write(tmp_path: Path, method: str, path: str, content_type: str, body: str, write: bool) -> None:
-    app = create_app(ServerConfig(tmp_path / "data", in_memory=True))
+    app = http_app(ServerConfig(tmp_path / "data", in_memory=True))
     with app.test_request_context(path, method=method, data=body, content_type=content_type or None):
         assert need_of(app, parsed_request(), flask.request.url_rule).write is write
 
 
 def client(tmp_path: Path, **options: object) -> FlaskClient:
-    return create_app(ServerConfig(tmp_path / "data", in_memory=True, **options)).test_client()  # type: ignore[arg-type]
+    return http_app(ServerConfig(tmp_path / "data", in_memory=True, **options)).test_client()  # type: ignore[arg-type]
 
 
 def test_writes_need_the_token_and_a_refused_write_writes_nothing(tmp_path: Path) -> None:
@@ -57,7 +58,7 @@ def test_writes_need_the_token_and_a_refused_write_writes_nothing(tmp_path: Path
     r = c.put("/store?graph=http://ex/g", data=body, headers=TTL)
     assert r.status_code == 401 and r.headers["WWW-Authenticate"].startswith("Bearer") and "Bearer" in r.text
     r = c.put("/store?graph=http://ex/g", data=body, headers={**TTL, "Authorization": "Bearer wrong"})
-    assert r.status_code == 403 and "not this server's write token" in r.text
+    assert r.status_code == 401 and 'error="invalid_token"' in r.headers["WWW-Authenticate"]  # RFC 6750 §3.1
     assert c.get("/store?graph=http://ex/g").status_code == 404  # nothing was written
     for request in ({"data": "INSERT DATA { <urn:a> <urn:b> 1 }",
                      "headers": {"Content-Type": "application/sparql-update"}},
@@ -151,7 +152,7 @@ def test_a_stream_token_protects_its_stream_on_an_open_server(tmp_path: Path) ->
     assert c.put("/streams/hr?write-token=k").status_code == 201
     assert c.post("/streams/hr", data=UPLOAD.format(n=1), headers=TRIG).status_code == 401
     assert c.post("/streams/hr", data=UPLOAD.format(n=1), headers={**TRIG, "Authorization": "Bearer no"}).status_code \
-        == 403
+        == 401  # a token this server does not know (RFC 6750 §3.1)
     assert c.delete("/streams/hr").status_code == 401
     assert c.get("/streams/hr").get_json()["elements"] == 0
     assert c.post("/streams/hr", data=UPLOAD.format(n=1),

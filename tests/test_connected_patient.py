@@ -1,9 +1,9 @@
-"""The connected-patient scenario (DESIGN §3, examples/connected-patient/) end to end on a real server:
+"""The connected-patient scenario (examples/connected-patient/) end to end on a real server:
 HTTP upload, Spark windows, the alert rule with its two SERVICE ?var inputs discovered from the base data,
 and the chained care-team rule over the alert stream. It runs on the test worker's shared Spark server
 (tests/conftest.py): its streams, rules and outputs are the example's names, which no other test uses.
 
-Expected values are DESIGN §3's worked case, by hand: pat2 was born in 1950 (66 in 2016: midaged, age
+Expected values are the example's worked case (its README), by hand: pat2 was born in 1950 (66 in 2016: midaged, age
 factor 1.0); history 63, 77, 63, 77 → baseline 70, relative deviation 7/70 = 0.1; maximum energy
 expenditure 5 in the activity window → low (0 ≤ 5 < 10·1.0), activity factor 0.7; threshold
 70·(1 + 1.1·0.7) = 123.9 bpm. Heart-rate window [10:00, 10:05) holds 125 and 135 (average 130 > 123.9:

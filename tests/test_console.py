@@ -258,7 +258,8 @@ def test_without_the_token_the_console_is_read_only(page: Any, tmp_path: Path) -
         page.locator("#stream-name").fill("guarded")
         page.get_by_role("button", name="Create stream").click()
         expect(page.locator("#streams-message")).to_contain_text(
-            "Stream guarded was not created: 403 (refused: a wrong token, or a read-only server)")
+            "Stream guarded was not created: 401 (this needs a token the server knows): the bearer token is not one "
+            "this server knows")
         assert requests.get(f"{secured.url}/streams", timeout=10).json()["streams"] == []
         # the right one
         page.get_by_label("Write token").fill("s3cret")

@@ -8,10 +8,10 @@ import importlib
 import pytest
 
 MODULES = ["sparql_ext.errors", "sparql_ext.lexer", "sparql_ext.revision", "sparql_ext.iris", "sparql_ext.update",
-           "sparql_ext.windowref", "sparql_ext.windowing", "sparql_ext.window_state", "store.terms", "store.windows",
+           "sparql_ext.windowref", "sparql_ext.windowing", "sparql_ext.window_data", "store.terms", "store.windows",
            "protocol.negotiation",
            "sparql_ext.windowed", "protocol.parameters", "connectors.broker", "connectors.messages",
-           "protocol.stream_params"]
+           "protocol.stream_params", "sparql_ext.modifiers", "sparql_ext.graph_patch"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -12,11 +12,13 @@ import requests
 from flask import Flask
 from flask.testing import FlaskClient
 
+from concentrator.compose import http_app
 from conformance.server import running_server
-from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.context import EvaluationContext, QueryTarget
+from engine.evaluation import ExtendedEvaluator
 from engine.results import ConstructedQuads
 from engine.selection import SelectedWindow
-from protocol import ServerConfig, create_app
+from protocol import ServerConfig
 from protocol.services import services_of
 from sparql_ext import QuerySyntaxError
 from sparql_ext.windowing import format_micros
@@ -44,7 +46,7 @@ def upload(client: FlaskClient, name: str, body: str) -> None:
 
 @pytest.fixture
 def app(tmp_path: Path) -> Flask:
-    return create_app(ServerConfig(tmp_path / "data", in_memory=True))
+    return http_app(ServerConfig(tmp_path / "data", in_memory=True))
 
 
 @pytest.fixture
@@ -250,7 +252,8 @@ def test_service_in_process_equals_http(tmp_path: Path) -> None:
         # over HTTP: an evaluator with no local bases posts the part to the windowed IRI
         dataset = RevisionedDataset(tmp_path / "d", in_memory=True)
         catalog = StreamCatalog(tmp_path / "s", in_memory=True)
-        over_http = _solutions(ExtendedEvaluator(dataset, catalog, [], requests.Session()).query(query, QueryTarget()))
+        remote = ExtendedEvaluator(EvaluationContext.for_requests(dataset, catalog, [], requests.Session()))
+        over_http = _solutions(remote.query(query, QueryTarget()))
         catalog.close()
         dataset.close()
     key = lambda row: row["hr"]  # noqa: E731
@@ -326,3 +329,42 @@ def test_plain_sparql_still_takes_the_plain_path(client: FlaskClient) -> None:
     assert select(client, "SELECT ?st WHERE { <urn:a> <urn:status> ?st }") == [{"st": '"final"'}]
     r = client.get("/sparql", query_string={"query": "SELECT * WHERE { ?s ?p }"})
     assert r.status_code == 400 and "line 1" in r.text
+
+
+def test_a_stopped_evaluation_keeps_no_result_for_another_thread_to_free(app: Flask, client: FlaskClient) -> None:
+    # pyoxigraph's results may only be freed by the thread that made them. A query stopped while its solutions are
+    # read (its budget spent: engine.plain.stopping) raises from inside pyoxigraph; the error, kept in a reference
+    # cycle (as error handling often does), is then freed by this thread's garbage collector: nothing it holds may
+    # be a result made on the evaluating thread (pyo3 reports that as an unraisable "unsendable" error, and leaks).
+    import gc
+    import sys
+    import threading
+
+    from engine import plain
+
+    evaluator = services_of(app).evaluator
+    numbers = " ".join(str(n) for n in range(300))
+    query = f"SELECT * WHERE {{ VALUES ?a {{ {numbers} }} VALUES ?b {{ {numbers} }} VALUES ?c {{ 1 2 3 4 5 6 7 8 }} " \
+            f"SERVICE <{HOST}/streams/hr?WINDOWS=HEAD> {{ {WINDOW_QUERY} }} }}"  # 720,000 solutions, an extended query
+    kept: list[BaseException] = []
+
+    def evaluate() -> None:
+        try:
+            with plain.stopping(lambda: True):
+                evaluator.with_local_bases([HOST]).query(query, QueryTarget(base_iri=f"{HOST}/sparql"))
+        except Exception as error:  # noqa: BLE001 - the error is what the test keeps
+            error.cycle = error  # type: ignore[attr-defined]
+            kept.append(error)
+
+    thread = threading.Thread(target=evaluate)
+    thread.start()
+    thread.join()
+    assert len(kept) == 1 and "stopped" in str(kept[0]), kept
+    unraisable: list[object] = []
+    previous, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        kept.clear()
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
+    assert unraisable == []

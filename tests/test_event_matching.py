@@ -631,3 +631,25 @@ def test_solutions_must_belong_to_the_element_s_stream() -> None:
 def test_filters_need_a_filter_function() -> None:
     with pytest.raises(EventPatternError, match="needs a filter function"):
         EventMatcher(clause("EVENT <s> { ?x :p ?y } FILTER (?y > 1)"))
+
+
+def test_bound_in_an_event_filter_sees_the_events_bindings() -> None:
+    """Seed 000's negation idiom, query (3): a rise over 50 % within 15 days with no acquisition in between,
+    ``!BOUND(?othercompany)`` over an OPTIONALSEQ. The real FILTER evaluation (pyoxigraph), by hand: prices 10 then
+    20 (a rise of 100 %) over 5 days hold when nothing bound ?othercompany, and fail when an acquisition bound it."""
+    from pyoxigraph import Literal, NamedNode
+
+    from engine.events import filter_function
+    from sparql_ext.events import filters_of
+
+    [event_filter] = filters_of(clause(
+        "EVENT <prices> { ?company :price ?price1 } SEQ { EVENT <deals> { ?company :acquired ?othercompany } "
+        "OPTIONALSEQ EVENT <prices> { ?company :price ?price2 } } "
+        'FILTER (?price2 > ?price1 * 1.5 && !BOUND(?othercompany) && getDURATION() < "P15D"^^xsd:duration)').pattern)
+    holds = filter_function("http://ex/")
+    integer = NamedNode("http://www.w3.org/2001/XMLSchema#integer")
+    rise = {"company": NamedNode("http://ex/acme"), "price1": Literal("10", datatype=integer),
+            "price2": Literal("20", datatype=integer)}
+    assert holds(event_filter, rise, 0, 5 * DAY)
+    assert not holds(event_filter, {**rise, "othercompany": NamedNode("http://ex/beta")}, 0, 5 * DAY)
+    assert not holds(event_filter, rise, 0, 20 * DAY)  # 20 days: not within 15

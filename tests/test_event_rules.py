@@ -16,8 +16,9 @@ import requests
 from flask import Flask
 from flask.testing import FlaskClient
 
+from concentrator.compose import http_app
 from conformance.server import running_server
-from protocol import ServerConfig, create_app
+from protocol import ServerConfig
 from protocol.services import services_of
 
 PROV = "http://www.w3.org/ns/prov#"
@@ -236,7 +237,7 @@ def test_a_crash_before_the_state_is_saved_replays_without_duplicates(tmp_path: 
     """The matcher's state is saved after the outputs: a crash in between replays the elements after the saved state,
     and the outputs the replay makes again are found by their origins (rule + match) and not appended twice."""
     config = ServerConfig(tmp_path / "data", max_body_bytes=1_000_000)
-    first = create_app(config)
+    first = http_app(config)
     http = flask_http(first.test_client())
     http.put_stream("s")
     assert http.put_rule("chrono", seq_rule("SEQC", "CHRONOLOGICAL"), "chrono-out")[0] == 201
@@ -248,7 +249,7 @@ def test_a_crash_before_the_state_is_saved_replays_without_duplicates(tmp_path: 
     http.wait_processed("chrono", "s", 4)
     close(first)
     shutil.copy(saved, state)  # the crash: every state save after registration lost, the outputs kept
-    second = create_app(config)
+    second = http_app(config)
     http = flask_http(second.test_client())
     http.wait_processed("chrono", "s", 4)
     upload_s(http, {"G5"})

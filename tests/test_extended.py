@@ -1,4 +1,5 @@
-"""Extended queries (DESIGN §2, §3) split into SPARQL 1.1 and extension parts: constructs, nesting, errors, offsets."""
+"""Extended queries (docs/extended-sparql.md) split into SPARQL 1.1 and extension parts: constructs, nesting, errors,
+offsets."""
 
 from __future__ import annotations
 
@@ -248,7 +249,7 @@ def test_service_with_a_subselect_exposes_its_projection_only() -> None:
     assert q.parts[0].values_variables == ("?e", "?avg", "?k")
 
 
-# --- the connected-patient rule (DESIGN §3) ---------------------------------------------------------------------------
+# --- the connected-patient rule (examples/connected-patient) ---------------------------------------------------------
 
 RULE = """PREFIX fhir: <http://hl7/org/fhir/>
 PREFIX obs:  <http://hl7/org/fhir/Observation.>

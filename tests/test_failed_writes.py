@@ -20,7 +20,8 @@ from flask.testing import FlaskClient
 from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad, RdfFormat, Store, serialize
 
 import store.dataset
-from protocol import ServerConfig, create_app
+from concentrator.compose import http_app
+from protocol import ServerConfig
 from protocol.services import services_of
 from store import RevisionedDataset
 from store.errors import DatasetUnavailable, StorageFailure
@@ -143,7 +144,7 @@ def nquads(quads: set[Quad]) -> set[bytes]:
 
 
 def client_with_history(tmp_path: Path) -> FlaskClient:
-    c = create_app(ServerConfig(tmp_path / "data", in_memory=True)).test_client()
+    c = http_app(ServerConfig(tmp_path / "data", in_memory=True)).test_client()
     for method, graph, body in HISTORY:
         target = "/store?default" if isinstance(graph, DefaultGraph) else f"/store?graph={quote(graph.value)}"
         r = c.open(target, method=method, data=body, content_type=TTL)

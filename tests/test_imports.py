@@ -27,7 +27,7 @@ FORBIDDEN = {
     "rules": HTTP | METRICS | {"pyspark", "pipeline", "protocol", "connectors", "concentrator"},
     # delivering window results: following sequences, subscriptions, the fan-out's event loop; no web framework
     "delivery": HTTP | METRICS | {"pyspark", "pipeline", "rules", "protocol", "connectors", "concentrator"},
-    # HTTP: reaches the MQTT connector only through protocol.services.Connectors
+    # HTTP: reaches the MQTT connector only through protocol.services.MqttService
     "protocol": {"pyspark", "pipeline", "connectors", "concentrator"},
     # the I/O of other transports (MQTT, LDES): they write to streams and publish window results (delivery's shared
     # producers); nothing of HTTP's (protocol), no Spark; started by the composition root only (requests: the LDES
@@ -72,6 +72,47 @@ def test_only_the_composition_root_imports_connectors() -> None:
     importers = {name for name, path in modules.items() if not name.startswith("connectors")
                  and any(m.split(".")[0] == "connectors" for m in _imports(path, modules))}
     assert importers == {"concentrator.compose"}
+
+
+#: The element log's layout and record lines: the store's own. Other packages read the log through the store's API:
+#: ``store.log_reading`` (which logs, their records as Arrow batches) and ``store.log_contents`` (contents by runs).
+LOG_LAYOUT = {"store.element_log", "store.log_records"}
+
+
+def test_only_the_store_reads_the_log() -> None:
+    """No production module outside ``store`` and no benchmark imports the log's layout; a test may, only if it tests
+    the store alone (it imports nothing of ours but ``store`` and ``sparql_ext``)."""
+    modules = _modules()
+    files = {name: path for name, path in modules.items() if name.split(".")[0] != "store"}
+    files.update({f"bench.{path.stem}": path for path in sorted((ROOT / "bench").glob("*.py"))})
+    readers = sorted(name for name, path in files.items() if _imports(path, modules) & LOG_LAYOUT)
+    assert not readers, f"these read the element log's layout, not store.log_reading / store.log_contents: {readers}"
+    ours = set(PACKAGES) - {"store", "sparql_ext"}
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        imported = _imports(path, modules)
+        if imported & LOG_LAYOUT:
+            others = sorted({name.split(".")[0] for name in imported} & ours)
+            assert not others, f"{path.name} imports the element log's layout and {others}: not a test of the store"
+
+
+def test_only_the_composition_root_builds_services() -> None:
+    """``protocol.services.Services`` is built in one place, ``concentrator.compose`` (``open_services``): no other
+    production module calls ``Services(…)``, and the class builds no instance of itself (``cls(…)``)."""
+    def called(node: ast.AST) -> str | None:
+        if not isinstance(node, ast.Call):
+            return None
+        return node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+
+    builders = set()
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text())
+        if any(called(node) == "Services" for node in ast.walk(tree)):
+            builders.add(name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name == "Services" and any(
+                    called(inner) == "cls" for inner in ast.walk(node)):
+                builders.add(f"{name}.Services")
+    assert builders == {"concentrator.compose"}
 
 
 def test_no_import_cycle_between_files() -> None:

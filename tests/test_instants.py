@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from protocol import ServerConfig, create_app
+from concentrator.compose import http_app
+from protocol import ServerConfig
 
 PROV = "http://www.w3.org/ns/prov#generatedAtTime"
 XSD_DT = "http://www.w3.org/2001/XMLSchema#dateTime"
@@ -25,7 +26,7 @@ def element(name: str, stamp: str, value: int) -> str:
 
 @pytest.fixture
 def c(tmp_path: Path) -> FlaskClient:
-    client = create_app(ServerConfig(tmp_path / "data", in_memory=True)).test_client()
+    client = http_app(ServerConfig(tmp_path / "data", in_memory=True)).test_client()
     assert client.put("/streams/hr?ldes-page=PT1H").status_code == 201
     assert client.post("/streams/hr", data=element("e1", "2016-06-20T10:00:00Z", 70), headers=TRIG).status_code == 200
     return client

@@ -17,7 +17,8 @@ import pytest
 from flask.testing import FlaskClient
 from pyoxigraph import Literal, NamedNode, Quad, QueryResultsFormat, RdfFormat, parse, parse_query_results, serialize
 
-from protocol import ServerConfig, create_app
+from concentrator.compose import http_app
+from protocol import ServerConfig
 from store.limits import BODY_LIMIT, ELEMENT_LIMIT, STATEMENT_LIMIT
 
 EX = "http://ex/"
@@ -35,7 +36,7 @@ BIG = "x" * 17_000_000  # the probe's literal: over pyoxigraph's 16 MiB token bu
 
 @pytest.fixture
 def c(tmp_path: Path) -> FlaskClient:
-    client = create_app(ServerConfig(tmp_path / "data", in_memory=True)).test_client()
+    client = http_app(ServerConfig(tmp_path / "data", in_memory=True)).test_client()
     r = client.put(f"/store?graph={quote(OTHER)}", data='<http://ex/s> <http://ex/p> "other" .', content_type=TTL)
     assert r.status_code == 201
     return client
@@ -243,7 +244,7 @@ def test_elements_just_under_and_over_the_element_limit(c: FlaskClient, size: in
 
 def test_the_body_limit_is_1_gib_by_default_and_counts_the_statements_as_n_quads(tmp_path: Path) -> None:
     assert ServerConfig(tmp_path).max_body_bytes == BODY_LIMIT == 1 << 30
-    c = create_app(ServerConfig(tmp_path / "data", in_memory=True, max_body_bytes=100_000)).test_client()
+    c = http_app(ServerConfig(tmp_path / "data", in_memory=True, max_body_bytes=100_000)).test_client()
     kept = b'<http://ex/s> <http://ex/p> "kept" .\n'
     assert c.put(f"/store?graph={quote(G)}", data=kept, content_type=TTL).status_code == 201
     r = c.put(f"/store?graph={quote(G)}", data=b"#" * 100_001, content_type=TTL)
@@ -257,7 +258,7 @@ def test_the_body_limit_is_1_gib_by_default_and_counts_the_statements_as_n_quads
 
 
 def test_a_multipart_form_counts_as_one_body(tmp_path: Path) -> None:
-    c = create_app(ServerConfig(tmp_path / "data", in_memory=True, max_body_bytes=100_000)).test_client()
+    c = http_app(ServerConfig(tmp_path / "data", in_memory=True, max_body_bytes=100_000)).test_client()
     part = "".join(f'<http://ex/s{i}> <http://ex/p> "{i}" .\n' for i in range(1_500)).encode()  # ≈ 50 KB
 
     def form(parts: int) -> dict[str, object]:

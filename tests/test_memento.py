@@ -15,7 +15,8 @@ import pytest
 from flask.testing import FlaskClient
 from pyoxigraph import NamedNode, RdfFormat, parse
 
-from protocol import ServerConfig, create_app
+from concentrator.compose import http_app
+from protocol import ServerConfig
 
 LINK_FORMAT = "application/link-format"
 GRAPH = "/store?graph=" + quote("http://ex/g", safe="")
@@ -75,7 +76,7 @@ def objects(body: bytes) -> set[str]:
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> FlaskClient:
     """One server for the module: the history below takes five seconds to write (a revision per second)."""
-    return create_app(ServerConfig(tmp_path_factory.mktemp("memento") / "data", max_body_bytes=1_000_000)).test_client()
+    return http_app(ServerConfig(tmp_path_factory.mktemp("memento") / "data", max_body_bytes=1_000_000)).test_client()
 
 
 @pytest.fixture(scope="module")

@@ -197,7 +197,7 @@ def test_metrics_is_a_read_open_without_the_write_token(tmp_path: Path) -> None:
     with running_server(["--no-pipeline", "--token", "s3cret"]) as secured:
         assert requests.get(f"{secured.url}/metrics", timeout=10).status_code == 200
         assert requests.get(f"{secured.url}/status", timeout=10).json()["access"] == {
-            "token_required": True, "read_only": False}
+            "token_required": True, "read_only": False, "read_token_required": False}
 
 
 # -- with Spark: window latency, rule latency, pipeline batches and lag ---------------------------------------------

@@ -14,7 +14,7 @@ from connectors.errors import MessageRejected, UnsupportedMessageFormat
 from connectors.messages import DEAD, MessageSettings, dead_letter, digest_uuid, element_of_message
 from rules.registry import rule_file
 from store.elements import ParsedElement
-from store.errors import DuplicateElement, ElementOutOfOrder, RdfSyntaxError
+from store.errors import DuplicateElement, ElementOutOfOrder, ElementRejected, RdfSyntaxError
 from store.stream import Stream
 from store.stream_config import StreamConfig
 
@@ -33,7 +33,7 @@ def test_a_trig_message_is_its_named_graph_with_its_timestamp() -> None:
 
 def test_a_message_of_two_elements_or_of_an_unknown_type_is_refused() -> None:
     two = TRIG + TRIG.replace(b"urn:e1", b"urn:e2").replace(b":01Z", b":02Z")
-    with pytest.raises(MessageRejected, match="holds 2"):
+    with pytest.raises(ElementRejected, match="holds 2"):
         element_of_message(two, None, "t", SETTINGS)
     with pytest.raises(UnsupportedMessageFormat, match="text/csv"):
         element_of_message(b"a,b", "text/csv", "t", SETTINGS)

@@ -139,9 +139,10 @@ def _child() -> None:
     import sys
     import tempfile
 
-    from protocol import ServerConfig, create_app
+    from concentrator.compose import http_app
+    from protocol import ServerConfig
 
-    app = create_app(ServerConfig(Path(tempfile.mkdtemp()) / "data", in_memory=True))
+    app = http_app(ServerConfig(Path(tempfile.mkdtemp()) / "data", in_memory=True))
     client = app.test_client()
     assert client.put(GRAPH, data="<http://ex/s> <http://ex/p> 1 .", content_type="text/turtle").status_code == 201
     assert client.put("/streams/hr").status_code == 201
@@ -216,9 +217,10 @@ def test_a_deep_upload_keeps_what_came_before(hostile: dict[str, dict[str, Any]]
 
 @pytest.fixture
 def app(tmp_path: Path) -> FlaskClient:
-    from protocol import ServerConfig, create_app
+    from concentrator.compose import http_app
+    from protocol import ServerConfig
 
-    return create_app(ServerConfig(tmp_path / "data", in_memory=True)).test_client()
+    return http_app(ServerConfig(tmp_path / "data", in_memory=True)).test_client()
 
 
 def _select(app: FlaskClient, query: str) -> tuple[int, str]:

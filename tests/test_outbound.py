@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
+from concentrator.compose import http_app
 from conformance.server import free_port
-from protocol import ServerConfig, create_app
+from protocol import ServerConfig
 
 QUERY = {"Content-Type": "application/sparql-query", "Accept": "application/sparql-results+json"}
 ONE_ROW = b'{"head":{"vars":["x"]},"results":{"bindings":[{"x":{"type":"literal","value":"remote"}}]}}'
@@ -75,7 +76,7 @@ def remotes() -> Iterator[tuple[Remote, Remote]]:
 
 def client(tmp_path: Path, allowed: Remote, **options: object) -> FlaskClient:
     allow = (f"127.0.0.1:{allowed.server_address[1]}",)
-    return create_app(ServerConfig(tmp_path / "data", in_memory=True, service_allow=allow,  # type: ignore[arg-type]
+    return http_app(ServerConfig(tmp_path / "data", in_memory=True, service_allow=allow,  # type: ignore[arg-type]
                                    **options)).test_client()
 
 
@@ -127,7 +128,7 @@ def test_this_server_under_its_loopback_names_is_in_process_whatever_the_host(tm
     """The probe nested SERVICE calls back to the server 20 deep, alternating localhost and 127.0.0.1 with a forged
     Host: nothing listens at the port here, so any call over HTTP would fail; in-process, the answer is the data."""
     port = free_port()
-    c = create_app(ServerConfig(tmp_path / "data", in_memory=True,
+    c = http_app(ServerConfig(tmp_path / "data", in_memory=True,
                                 base_urls=(f"http://127.0.0.1:{port}", f"http://localhost:{port}"))).test_client()
     assert c.put("/store?default", data="<urn:s> <urn:p> 1 .", headers={"Content-Type": "text/turtle"}) \
         .status_code == 204  # the default graph always exists

@@ -198,6 +198,17 @@ CASES: dict[str, Case] = {
         (0, hm("10:00"), hm("10:02"), (1, 2)), (1, hm("10:05"), hm("10:07"), (6, 7)),
         (2, hm("10:10"), hm("10:12"), (11, 12)),
     ]]),
+    # Sessions, gap 3 minutes, from 10:00: 10:00, 10:01, 10:02 | 10:06 (4 after 10:02), 10:07 | 10:15 (8 after
+    # 10:07); window k = [its first time, its last + 3 min), complete once stream time reaches that end: the first
+    # at 10:07, the second when 10:15 arrives, the third with the punctuation 10:20. Spark assigns them (the
+    # plan's window functions), with the other cases' sequences in the same batches.
+    "session": Case("R/HEAD/SESSION/PT03M", ALL_MINUTES[:1], [
+        ([hm("10:01"), hm("10:02"), hm("10:06"), hm("10:07")], None), ([hm("10:15")], None), ([], hm("10:20"))], [
+        [(0, hm("10:00"), hm("10:05"), (1, 2, 3))],
+        [(0, hm("10:00"), hm("10:05"), (1, 2, 3)), (1, hm("10:06"), hm("10:10"), (4, 5))],
+        [(0, hm("10:00"), hm("10:05"), (1, 2, 3)), (1, hm("10:06"), hm("10:10"), (4, 5)),
+         (2, hm("10:15"), hm("10:18"), (6,))],
+    ]),
 }
 
 

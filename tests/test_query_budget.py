@@ -19,12 +19,13 @@ from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 from pyoxigraph import QueryResultsFormat, RdfFormat
 
+from concentrator.compose import http_app
 from conformance.server import RunningServer, running_server
 from engine.budget import Budget, QueryLimits
 from engine.errors import ClientQueryLimit, QueryBudgetExceeded, QueryQueueFull
 from engine.snapshots import Snapshots
 from engine.workers import QueryPool
-from protocol import ServerConfig, create_app
+from protocol import ServerConfig
 from protocol.negotiation import GRAPH_FORMATS, RESULTS_FORMATS
 from protocol.services import services_of
 
@@ -39,7 +40,7 @@ def cartesian(subjects: int = 500, properties: int = 3) -> str:
 
 
 def _app(tmp_path: Path, name: str, **options: object) -> Flask:
-    return create_app(ServerConfig(tmp_path / name, **options))  # type: ignore[arg-type]
+    return http_app(ServerConfig(tmp_path / name, **options))  # type: ignore[arg-type]
 
 
 def _load(client: FlaskClient, subjects: int = 500) -> None:

@@ -15,11 +15,13 @@ from flask import Flask
 from flask.testing import FlaskClient
 from pyoxigraph import BlankNode, Literal, NamedNode, Quad
 
+from concentrator.compose import http_app
 from engine.cache import StaticResults
-from engine.evaluation import ExtendedEvaluator, QueryTarget
+from engine.context import QueryTarget
+from engine.evaluation import ExtendedEvaluator
 from engine.results import ConstructedQuads, ConstructedTriples, Solutions
 from engine.selection import SelectedWindow
-from protocol import ServerConfig, create_app
+from protocol import ServerConfig
 from protocol.services import services_of
 from rules.tasks import (
     UNREADABLE,
@@ -49,7 +51,7 @@ WHERE {{ <urn:hr> <urn:threshold> ?limit .
 
 @pytest.fixture
 def app(tmp_path: Path) -> Flask:
-    app = create_app(ServerConfig(tmp_path / "data", in_memory=True))
+    app = http_app(ServerConfig(tmp_path / "data", in_memory=True))
     client: FlaskClient = app.test_client()
     r = client.post("/sparql", data="INSERT DATA { <urn:hr> <urn:threshold> 75 }",
                     headers={"Content-Type": "application/sparql-update"})
@@ -234,7 +236,7 @@ def test_values_reach_the_executor_and_come_back_exactly_as_the_driver_gives_the
                '"2016-06-20T12:00:00+02:00"^^<http://www.w3.org/2001/XMLSchema#dateTime>'),
               ('"a\\nb \\u00e9"@en-GB', '"a\\nb \u00e9"@en-gb'),
               ('" spaced "', '" spaced "'), ('"x"^^<urn:my-type>', '"x"^^<urn:my-type>')]
-    app = create_app(ServerConfig(tmp_path / "data"))
+    app = http_app(ServerConfig(tmp_path / "data"))
     client = app.test_client()
     assert client.put("/streams/hr").status_code == 201
     body = "".join(f'<http://ex/e{n}> <{PROV}> "2016-06-20T10:0{n}:00Z"^^<{XSD}dateTime> .\n'
@@ -263,10 +265,10 @@ def test_values_reach_the_executor_and_come_back_exactly_as_the_driver_gives_the
 
 def test_the_connected_patient_alert_travels_with_both_service_vars(tmp_path: Path) -> None:
     """The seed's rule (two SERVICE ?var: a one-shot activity window, the firing heart-rate window) as a task: the
-    same alert as the driver's, DESIGN §3's worked case by hand (tests/test_connected_patient.py): pat2's window
-    {125, 135} averages 130 > 123.9."""
+    same alert as the driver's, the connected-patient worked case by hand (tests/test_connected_patient.py): pat2's
+    window {125, 135} averages 130 > 123.9."""
     generate = load_generator()
-    app = create_app(ServerConfig(tmp_path / "data", in_memory=True))
+    app = http_app(ServerConfig(tmp_path / "data", in_memory=True))
     client = app.test_client()
     r = client.post("/store", data=(EXAMPLE / "base.trig").read_bytes(), headers={"Content-Type": "application/trig"})
     assert r.status_code in (200, 201, 204), r.text

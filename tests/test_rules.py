@@ -12,6 +12,7 @@ from flask.testing import FlaskClient
 from pyoxigraph import RdfFormat
 
 from conformance.server import RunningServer, running_server
+from engine.context import EvaluationContext
 from engine.evaluation import ExtendedEvaluator
 from rules.errors import RuleCycle, RuleRejected
 from rules.registry import RuleRegistry, rule_file
@@ -38,7 +39,7 @@ def registry(tmp_path: Path) -> RuleRegistry:
     for name in ("a", "b", "c"):
         catalog.put(StreamConfig(name))
     dataset = RevisionedDataset(tmp_path / "data", in_memory=True)
-    return RuleRegistry(tmp_path / "rules", ExtendedEvaluator(dataset, catalog, []))
+    return RuleRegistry(tmp_path / "rules", ExtendedEvaluator(EvaluationContext.for_requests(dataset, catalog, [])))
 
 
 def _add(dataset: RevisionedDataset, turtle: str) -> None:

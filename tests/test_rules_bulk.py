@@ -14,6 +14,7 @@ import requests
 from flask.testing import FlaskClient
 
 from conformance.server import running_server
+from engine.context import EvaluationContext
 from engine.evaluation import ExtendedEvaluator
 from rules.errors import RuleCycle, RuleRejected
 from rules.registry import RuleRegistry, RuleSpec
@@ -56,7 +57,7 @@ def catalog(tmp_path: Path) -> Iterator[StreamCatalog]:
 @pytest.fixture
 def registry(tmp_path: Path, catalog: StreamCatalog) -> RuleRegistry:
     dataset = RevisionedDataset(tmp_path / "data", in_memory=True)
-    return RuleRegistry(tmp_path / "rules", ExtendedEvaluator(dataset, catalog, []))
+    return RuleRegistry(tmp_path / "rules", ExtendedEvaluator(EvaluationContext.for_requests(dataset, catalog, [])))
 
 
 def _state(registry: RuleRegistry) -> tuple[object, ...]:

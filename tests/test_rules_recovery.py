@@ -11,6 +11,7 @@ from pathlib import Path
 from pyoxigraph import RdfFormat
 from pytest import MonkeyPatch
 
+from engine.context import EvaluationContext
 from engine.evaluation import ExtendedEvaluator
 from rules import firing
 from rules.firing import RuleRunner
@@ -54,7 +55,7 @@ def materialize(stream: Stream, sequence: str, k: int, ordinals: list[int]) -> N
 def parts(tmp_path: Path) -> tuple[StreamCatalog, RuleRegistry, RuleRunner]:
     catalog = StreamCatalog(tmp_path / "streams")
     dataset = RevisionedDataset(tmp_path / "data", in_memory=True)  # the rules here read streams only
-    evaluator = ExtendedEvaluator(dataset, catalog, [])
+    evaluator = ExtendedEvaluator(EvaluationContext.for_requests(dataset, catalog, []))
     registry = RuleRegistry(tmp_path / "rules", evaluator)
     return catalog, registry, RuleRunner(registry, evaluator)
 

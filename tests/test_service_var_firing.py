@@ -13,11 +13,12 @@ from flask import Flask
 from flask.testing import FlaskClient
 from pyoxigraph import NamedNode
 
+from concentrator.compose import http_app
 from engine.cache import is_static
-from engine.evaluation import QueryTarget
+from engine.context import QueryTarget
 from engine.results import ConstructedTriples
 from engine.selection import SelectedWindow
-from protocol import ServerConfig, create_app
+from protocol import ServerConfig
 from protocol.services import services_of
 from rules.tasks import firing_task
 
@@ -38,7 +39,7 @@ def rule(*middle: str) -> str:
 
 @pytest.fixture
 def app(tmp_path: Path) -> Flask:
-    app = create_app(ServerConfig(tmp_path / "data", in_memory=True))
+    app = http_app(ServerConfig(tmp_path / "data", in_memory=True))
     client: FlaskClient = app.test_client()
     records = "".join(f"<http://ex/p{n}> <http://ex/hr> <urn:s:hr{n}> ; <http://ex/act> <urn:s:a{n}> .\n"
                       for n in PATIENTS)

@@ -6,10 +6,8 @@ one costs 5–15 s on this machine.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -31,7 +29,10 @@ from pipeline.element_source import (  # noqa: E402
     write_due_hints,
 )
 from pipeline.spark import SparkSettings, spark_session  # noqa: E402
-from sparql_ext.window_state import assign_ranges as assign_ranges_numpy  # noqa: E402
+from sparql_ext.window_data import AssignmentRow  # noqa: E402
+from sparql_ext.window_kinds import WindowSpec  # noqa: E402
+from sparql_ext.window_state import assign_ranges  # noqa: E402
+from tests.test_log_reading import append, element, log_file  # noqa: E402  (logs written by hand: the store's tests)
 
 pytestmark = pytest.mark.jvm  # Spark (or Jena): left out by make test-fast
 
@@ -45,24 +46,6 @@ def spark() -> SparkSession:
     """The process-wide session (``getOrCreate``), left running for the next module of this test worker that drives
     Spark: a start costs ≈ 10 s here."""
     return spark_session(SparkSettings(app_name="test-spark-source"))
-
-
-# ------------------------------------------------------------------------------------------- log helpers
-
-
-def element(o: int, t: int) -> dict[str, object]:
-    return {"o": o, "t": t, "g": f"urn:g:{o}", "u": f"u-{o}", "c": t + 1}
-
-
-def log_file(root: Path, stream: str, base: int = 0) -> Path:
-    """A segment of a stream's element log (store.element_log): ``log/<base>.jsonl``."""
-    return root / stream / "log" / f"{base:020d}.jsonl"
-
-
-def append(root: Path, stream: str, *records: dict[str, object], partial: str = "", base: int = 0) -> None:
-    log_file(root, stream, base).parent.mkdir(parents=True, exist_ok=True)
-    with open(log_file(root, stream, base), "a") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in records) + partial)
 
 
 # ------------------------------------------------------------------------- offsets, without Spark running
@@ -165,51 +148,7 @@ def test_deleted_stream_reads_nothing_and_leaves_the_offsets(tmp_path: Path) -> 
     shutil.rmtree(tmp_path / "b")  # between the offsets and the read
     assert [len(list(reader.read_slice(s))) for s in slices] == [1, 0]
     assert list(reader.next_end(end)) == ["a"]
-    assert list(reader.read_slice(LogSlice("x", str(tmp_path / "x" / "log"), 0, 10))) == []
-
-
-def test_positions_run_on_across_segments_and_retention_removes_whole_ones(tmp_path: Path) -> None:
-    append(tmp_path, "a", {**element(1, T0), "d": 0, "n": 70})
-    first = log_file(tmp_path, "a").stat().st_size
-    append(tmp_path, "a", {**element(2, T0 + S), "d": 0, "n": 80}, base=first)  # the next segment starts there
-    reader = ElementLogReader(tmp_path)
-    end = reader.next_end({})
-    assert end == {"a": first + log_file(tmp_path, "a", first).stat().st_size}
-    rows = [r for batch in reader.read_slice(reader.slices({}, end)[0]) for r in batch.to_pylist()]
-    assert [(r["ordinal"], r["position"], r["segment"], r["offset"], r["length"]) for r in rows] == [
-        (1, 0, 0, 0, 70), (2, first, first, 0, 80)]
-    log_file(tmp_path, "a").unlink()  # retention deleted the first segment: its positions read nothing
-    rows = [r for batch in reader.read_slice(reader.slices({}, end)[0]) for r in batch.to_pylist()]
-    assert [r["ordinal"] for r in rows] == [2]
-
-
-def test_records_read_columnar_equal_a_line_by_line_read_and_skip_what_is_not_a_record(tmp_path: Path) -> None:
-    """The columnar decode (pyarrow's JSON reader) gives the rows the per-line decode gives, by hand: kinds,
-    ordinals (a registration's: the element before it, or null), times, content locations, positions; a line
-    that is JSON but not a record is skipped, and a line that is not JSON makes the range read line by line."""
-    lines = [element(1, T0) | {"d": 0, "n": 70}, {"r": "q", "h": None, "c": 2}, {"p": T0 + S, "c": 3},
-             {"x": 1}, element(2, T0 + 2 * S) | {"d": 70, "n": 5}, {"r": "q2", "h": 2, "c": 4}]
-    append(tmp_path, "a", *lines)
-    reader = ElementLogReader(tmp_path)
-    end = reader.next_end({})
-    text = log_file(tmp_path, "a").read_bytes()
-    starts = [0] + [i + 1 for i, byte in enumerate(text) if byte == 10][:-1]
-    expected = [("element", 1, T0, None, 0, 0, 70, starts[0]), ("registration", None, None, "q", None, None, None,
-                starts[1]), ("punctuation", None, T0 + S, None, None, None, None, starts[2]),
-                ("element", 2, T0 + 2 * S, None, 0, 70, 5, starts[4]),
-                ("registration", 2, None, "q2", None, None, None, starts[5])]
-
-    def rows() -> list[tuple[object, ...]]:
-        found = [r for batch in reader.read_slice(reader.slices({}, end)[0]) for r in batch.to_pylist()]
-        return [(r["kind"], r["ordinal"], None if r["time"] is None else
-                 int((r["time"] - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(microseconds=1)),
-                 r["sequence"], r["segment"], r["offset"], r["length"], r["position"]) for r in found]
-
-    assert rows() == expected
-    with open(log_file(tmp_path, "a"), "r+b") as f:  # the unknown record becomes a line that is not JSON at all
-        f.seek(starts[3])
-        f.write(b"{not json"[: starts[4] - starts[3] - 1].ljust(starts[4] - starts[3] - 1, b" "))
-    assert rows() == expected
+    assert list(reader.read_slice(LogSlice("x", str(log_file(tmp_path, "x").parent), 0, 10))) == []
 
 
 # ---------------------------------------------------------------------------------- the streaming source
@@ -276,19 +215,17 @@ def test_source_exactly_once_across_batches_and_restart(spark: SparkSession, tmp
 # ---------------------------------------------------------------------------------------- window assignment
 
 
-@dataclass(frozen=True)
-class Spec:
-    """Stand-in for ``sparql_ext.windowing.WindowSpec`` with the fields assignment reads."""
+def Spec(kind: str, backward: bool, origin: int | None, width: int, step: int, step_kind: str,
+         first: int, count: int | None) -> WindowSpec:
+    """A resolved spec, written out field by field."""
+    return WindowSpec("test", kind, backward, origin, width, step, step_kind, first, count)  # type: ignore[arg-type]
 
-    kind: str
-    backward: bool
-    origin: int | None
-    width: int
-    step: int
-    step_kind: str
-    first: int
-    count: int | None
-    anchor: int | None = None
+
+def row(spec: WindowSpec) -> AssignmentRow:
+    """The batch job's row of a spec (nothing open yet)."""
+    found = spec.window_kind.row(spec.first, {})
+    assert found is not None
+    return found
 
 
 def at(h: int, m: int, s: int = 0, us: int = 0) -> int:
@@ -404,8 +341,8 @@ def _batch(spark: SparkSession) -> DataFrame:
 
 @pytest.fixture(scope="module")
 def assigned(spark: SparkSession) -> dict[str, set[tuple[int, int]]]:
-    sequences = [(f"seq-{name}", name, spec) for name, spec, _, _ in CASES]
-    sequences.append(("pending", "forward-sliding", Spec("time", False, None, M, M, "time", 0, None)))
+    sequences = [(f"seq-{name}", name, row(spec)) for name, spec, _, _ in CASES]
+    assert Spec("time", False, None, M, M, "time", 0, None).window_kind.row(0, {}) is None  # pending: no row
     found: dict[str, set[tuple[int, int]]] = {}
     for r in assign_windows(_batch(spark), sequences).collect():
         assert r.sequence == f"seq-{r.stream}"
@@ -421,7 +358,7 @@ def test_assignment_by_hand(assigned: dict[str, set[tuple[int, int]]], name: str
 
 @pytest.mark.parametrize("name", [case[0] for case in CASES])
 def test_assignment_matches_reference(assigned: dict[str, set[tuple[int, int]]], name: str) -> None:
-    """Same windows as the pure-Python reference (DESIGN §4: both paths must agree)."""
+    """Same windows as the pure-Python reference (docs/streams.md: the Spark pipeline is tested against it)."""
     windowing = pytest.importorskip("sparql_ext.windowing")
     _, spec, elements, _ = next(case for case in CASES if case[0] == name)
     index = windowing.ListIndex([])
@@ -440,8 +377,8 @@ def test_assignment_matches_reference(assigned: dict[str, set[tuple[int, int]]],
 
 def test_time_width_with_count_step_is_left_to_the_caller(spark: SparkSession) -> None:
     spec = Spec("time", False, T0, 5 * M, 10, "count", 0, None)
-    with pytest.raises(NotImplementedError, match="count step"):
-        assign_one(_batch(spark), "s", "a", spec)
+    assert spec.window_kind.row(0, {}) is None
+    assert assign_one(_batch(spark), "s", "a", spec.window_kind.row(0, {})) is None
 
 
 def test_no_sequences_gives_an_empty_frame(spark: SparkSession) -> None:
@@ -476,9 +413,39 @@ def test_time_arithmetic_equals_spark_window(spark: SparkSession, backward: bool
     rows = [("a", "element", o, base + timedelta(microseconds=spec.origin + off), None, 0, o, *[None] * 3)
             for o, off in enumerate(offsets, start=1)]
     batch = spark.createDataFrame(rows, SCHEMA)
-    ours = {(r.k, r.ordinal) for r in assign_windows(batch, [("s", "a", spec)]).collect()}
+    ours = {(r.k, r.ordinal) for r in assign_windows(batch, [("s", "a", row(spec))]).collect()}
     theirs = {(r.k, r.ordinal) for r in _via_spark_window(batch, spec).collect()}
     assert ours == theirs and len(ours) > len(rows)
+
+
+def test_session_windows_in_spark(spark: SparkSession) -> None:
+    """Session rows (gap 3 minutes) through the plan's window functions, the same as numpy's form. Stream "fresh":
+    nothing open, t0 = 10:00: 10:00, 10:01 | 10:06 (5 after 10:01), 10:07 | 10:15 → windows 0, 0, 1, 1, 2; "two":
+    the same with R2 (windows 0 and 1 only). Stream "open": t0 = 09:58 and window 4 open with its latest time 10:00
+    (from an earlier batch): 09:57 is before t0 (no window), 10:02 joins window 4 (2 after 10:00), 10:05 starts 5
+    (3 after 10:02), 10:06 joins it."""
+    spec = Spec("session", False, at(10, 0), 3 * M, 3 * M, "time", 0, None)
+    fresh = [(1, at(10, 0)), (2, at(10, 1)), (3, at(10, 6)), (4, at(10, 7)), (5, at(10, 15))]
+    opened = [(6, at(9, 57)), (7, at(10, 2)), (8, at(10, 5)), (9, at(10, 6))]
+    rows = {"fresh": row(spec), "two": Spec("session", False, at(10, 0), 3 * M, 3 * M, "time", 0, 2).window_kind.row(
+        0, {}), "open": Spec("session", False, at(9, 58), 3 * M, 3 * M, "time", 0, None).window_kind.row(
+        4, {4: [at(9, 59), at(10, 0)]})}
+    elements = {"fresh": fresh, "two": fresh, "open": opened}
+    base = datetime(1970, 1, 1, tzinfo=UTC)
+    batch = spark.createDataFrame([(name, "element", o, base + timedelta(microseconds=t), None, 0, o, *[None] * 3)
+                                   for name, found in elements.items() for o, t in found], SCHEMA)
+    sequences = [(f"seq-{name}", name, found) for name, found in rows.items() if found is not None]
+    assigned: dict[str, set[tuple[int, int]]] = {}
+    for r in assign_windows(batch, sequences).collect():
+        assigned.setdefault(r.stream, set()).add((r.k, r.ordinal))
+    assert assigned == {"fresh": {(0, 1), (0, 2), (1, 3), (1, 4), (2, 5)}, "two": {(0, 1), (0, 2), (1, 3), (1, 4)},
+                        "open": {(4, 7), (5, 8), (5, 9)}}
+    for name, found in rows.items():
+        assert found is not None
+        ordinals = np.array([o for o, _ in elements[name]], np.int64)
+        lo, hi = assign_ranges(found, ordinals, np.array([t for _, t in elements[name]], np.int64))
+        assert {(k, int(o)) for o, a, b in zip(ordinals, lo.tolist(), hi.tolist(), strict=True)
+                for k in range(a, b + 1)} == assigned[name]
 
 
 @pytest.mark.parametrize("name", [case[0] for case in CASES])
@@ -488,6 +455,6 @@ def test_the_cores_assignment_is_the_same_arithmetic(name: str) -> None:
     _, spec, elements, expected = next(case for case in CASES if case[0] == name)
     ordinals = np.array([o for o, _ in elements], np.int64)
     times = np.array([t for _, t in elements], np.int64)
-    lo, hi = assign_ranges_numpy(ordinals, times, spec)  # type: ignore[arg-type]
+    lo, hi = assign_ranges(row(spec), ordinals, times)
     found = {(k, int(o)) for o, a, b in zip(ordinals, lo.tolist(), hi.tolist(), strict=True) for k in range(a, b + 1)}
     assert found == expected

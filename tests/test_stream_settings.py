@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from protocol import ServerConfig, create_app
+from concentrator.compose import http_app
+from protocol import ServerConfig
 
 AUTH = {"Authorization": "Bearer k"}
 
 
 @pytest.fixture
 def c(tmp_path: Path) -> FlaskClient:
-    client = create_app(ServerConfig(tmp_path / "data", in_memory=True)).test_client()
+    client = http_app(ServerConfig(tmp_path / "data", in_memory=True)).test_client()
     r = client.put("/streams/hr?lateness=PT5S&alias=urn:uuid:6f1c0e3a-0000-4000-8000-000000000001&ldes-page=PT2M"
                    "&write-token=k")
     assert r.status_code == 201 and "Warning" not in r.headers

@@ -14,10 +14,11 @@ from flask import Flask
 from flask.testing import FlaskClient
 from pyoxigraph import NamedNode
 
-from engine.evaluation import QueryTarget
+from concentrator.compose import http_app
+from engine.context import QueryTarget
 from engine.results import ConstructedTriples
 from engine.selection import SelectedWindow
-from protocol import ServerConfig, create_app
+from protocol import ServerConfig
 from protocol.services import services_of
 from sparql_ext.subselects import standalone_subselects
 from tests.test_service_var_firing import sensor_stream
@@ -68,7 +69,7 @@ CONSTRUCT { ?p ex:above ?d } WHERE {
 
 @pytest.fixture
 def app(tmp_path: Path) -> Flask:
-    app = create_app(ServerConfig(tmp_path / "data", in_memory=True))
+    app = http_app(ServerConfig(tmp_path / "data", in_memory=True))
     client: FlaskClient = app.test_client()
     records = "".join(f"<http://ex/p{n}> <http://ex/hr> <urn:s:hr{n}> .\n"
                       f"<http://ex/history> {{ <http://ex/p{n}> <http://ex/reading> {n}, {3 * n} . }}\n"

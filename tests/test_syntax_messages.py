@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol import ServerConfig, create_app
+from concentrator.compose import http_app
+from protocol import ServerConfig
 
 QUERY = {"Content-Type": "application/sparql-query"}
 UPDATE = {"Content-Type": "application/sparql-update"}
@@ -26,7 +27,7 @@ UPDATE = {"Content-Type": "application/sparql-update"}
      "line 1 column 1: 'INSRT' does not start an update operation; did you mean INSERT?"),
 ])
 def test_syntax_errors_say_what_was_meant(tmp_path: Path, text: str, headers: dict[str, str], message: str) -> None:
-    c = create_app(ServerConfig(tmp_path / "data", in_memory=True)).test_client()
+    c = http_app(ServerConfig(tmp_path / "data", in_memory=True)).test_client()
     r = c.post("/sparql", data=text, headers=headers)
     assert r.status_code == 400
     assert r.text.endswith(message + "\n") and r.text.count("\n") == 1, r.text

@@ -12,6 +12,7 @@ import pytest
 from flask.testing import FlaskClient
 from pyoxigraph import RdfFormat, parse
 
+from engine.context import EvaluationContext
 from engine.evaluation import ExtendedEvaluator
 from rules.firing import RuleRunner
 from rules.registry import RuleRegistry
@@ -121,7 +122,7 @@ def test_framer_refuses_sub_microsecond_timestamps_by_element() -> None:
 def _parts(tmp_path: Path) -> tuple[StreamCatalog, RuleRegistry, RuleRunner]:
     catalog = StreamCatalog(tmp_path / "streams")
     dataset = RevisionedDataset(tmp_path / "data", in_memory=True)
-    evaluator = ExtendedEvaluator(dataset, catalog, [])
+    evaluator = ExtendedEvaluator(EvaluationContext.for_requests(dataset, catalog, []))
     registry = RuleRegistry(tmp_path / "rules", evaluator)
     return catalog, registry, RuleRunner(registry, evaluator)
 

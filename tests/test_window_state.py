@@ -24,9 +24,8 @@ from sparql_ext.window_state import (
     PipelineState,
     WindowDraft,
     advance,
-    assign_ranges,
+    assign,
     assignable,
-    fold_runs,
     next_due,
 )
 from sparql_ext.windowing import Element, ListIndex, WindowSpec, resolve, windows
@@ -119,9 +118,11 @@ class Simulation:
             (due.time is not None and t >= due.time) or (due.ordinal is not None and o >= due.ordinal)
             for o, t in zip(ordinals, times, strict=True))
         assigned = assignable(self.state, self.sequences)
-        for ident, spec in assigned.items():  # the batch job: the same arithmetic as pipeline/assignment.py
-            array_o, array_t = np.array(ordinals, np.int64), np.array(times, np.int64)
-            summary.runs[ident] = fold_runs(array_o, *assign_ranges(array_o, array_t, spec))
+        for ident, row in assigned.items():  # the batch job: the same arithmetic as pipeline/assignment.py
+            runs, spans = assign(row, np.array(ordinals, np.int64), np.array(times, np.int64))
+            summary.runs[ident] = runs
+            if spans:
+                summary.spans[ident] = spans
         # the index may be ahead of what the pipeline read (uploads go on): decisions must not depend on it
         step = advance(self.state, summary, self.sequences, Index(self.times, self.first_ordinal),
                        assigned=assigned, lateness=self.lateness, retention=self.retention)
@@ -211,6 +212,16 @@ CASES: dict[str, Case] = {
         (0, hm("10:00"), hm("10:02"), (1, 2)), (1, hm("10:05"), hm("10:07"), (6, 7)),
         (2, hm("10:10"), hm("10:12"), (11, 12)),
     ]]),
+    # Sessions with a 3-minute gap from 10:00 (ordinal 1): 10:00, 10:01, 10:02 | 10:06 (4 after 10:02), 10:07 |
+    # 10:15 (8 after 10:07). Window k = [its first time, its last + 3 min): [10:00, 10:05) completes at stream time
+    # 10:07; [10:06, 10:10) once 10:15 is read; [10:15, 10:18) with the punctuation 10:20.
+    "session": Case("R/HEAD/SESSION/PT03M", ALL_MINUTES[:1], [
+        ([hm("10:01"), hm("10:02"), hm("10:06"), hm("10:07")], None), ([hm("10:15")], None), ([], hm("10:20"))], [
+        [(0, hm("10:00"), hm("10:05"), (1, 2, 3))],
+        [(0, hm("10:00"), hm("10:05"), (1, 2, 3)), (1, hm("10:06"), hm("10:10"), (4, 5))],
+        [(0, hm("10:00"), hm("10:05"), (1, 2, 3)), (1, hm("10:06"), hm("10:10"), (4, 5)),
+         (2, hm("10:15"), hm("10:18"), (6,))],
+    ]),
 }
 
 
@@ -280,6 +291,65 @@ def test_next_due_cannot_tell_a_pending_origin_or_a_count_step_and_ignores_finis
     finished, _, _ = run_case(CASES["R3"])
     assert next_due(*finished.state_and_sequences()) == Due(None, None)  # R3: its three windows are out
     assert next_due(PipelineState(), [], Index([])) == Due(None, None)
+
+
+def test_session_windows_batch_by_batch() -> None:
+    # the "session" case one record per batch: the open window's latest time carries from batch to batch
+    sim, sequence, _ = run_case(CASES["session"])
+    one_by_one = Simulation()
+    one_by_one.add(hm("10:00"))
+    again = one_by_one.register("R/HEAD/SESSION/PT03M")
+    one_by_one.add(hm("10:01"), hm("10:02"), hm("10:06"), hm("10:07"), hm("10:15"))
+    one_by_one.punctuate(hm("10:20"))
+    for upto in range(1, len(one_by_one.records) + 1):
+        one_by_one.batch(upto=upto)
+    assert one_by_one.got(again) == sim.got(sequence) == CASES["session"].expected[-1]
+    assert sequence.id not in sim.state.spans  # every window materialized: nothing open is kept
+
+
+def test_session_next_due_is_the_open_window_plus_the_gap() -> None:
+    sim = Simulation()
+    sim.add(hm("10:00"))
+    sim.register("R/HEAD/SESSION/PT03M")
+    sim.add(hm("10:01"))
+    sim.batch()
+    # window 0 holds 10:00, 10:01: it ends 3 minutes after 10:01 unless an element comes before
+    assert next_due(*sim.state_and_sequences()) == Due(hm("10:04"), None)
+    sim.add(hm("10:03"))
+    sim.batch()
+    assert next_due(*sim.state_and_sequences()) == Due(hm("10:06"), None)
+    sim.punctuate(hm("10:06"))
+    sim.batch()
+    assert [k for k, *_ in sim.got(sim.sequences[0])] == [0]
+    assert next_due(*sim.state_and_sequences()) == Due(None, None)  # no window open: the next element starts one
+
+
+def test_session_windows_with_lateness() -> None:
+    # lateness 2 minutes, gap 3: 10:00 | 10:05, 10:04 (late: not 3 minutes after 10:05, it joins), | 10:09 (4 after
+    # 10:05). Window 0 [10:00, 10:03) completes when 10:05 is read (watermark 10:03), before 10:04 arrives.
+    sim = Simulation(lateness=2 * M)
+    sim.add(hm("10:00"))
+    sequence = sim.register("R/HEAD/SESSION/PT03M")
+    sim.add(hm("10:05"))
+    sim.batch()
+    assert sim.got(sequence) == [(0, hm("10:00"), hm("10:03"), (1,))]
+    sim.add(hm("10:04"), hm("10:09"))
+    sim.punctuate(hm("10:20"))
+    sim.batch()
+    assert sim.got(sequence) == [(0, hm("10:00"), hm("10:03"), (1,)), (1, hm("10:04"), hm("10:08"), (2, 3)),
+                                 (2, hm("10:09"), hm("10:12"), (4,))] == sim.reference(sequence)
+
+
+def test_retention_keeps_the_open_session_window() -> None:
+    # Retention 1 minute, sessions with a 3-minute gap from 10:00: 10:00 | 10:04, 10:05, 10:06 (open: it ends 3
+    # minutes after 10:06). Stream time − retention = 10:05, but the open window needs ordinal 2 (10:04) on: only
+    # ordinal 1, in the materialized window [10:00, 10:03), expires.
+    sim = Simulation(retention=M)
+    sim.add(hm("10:00"))
+    sim.register("R/HEAD/SESSION/PT03M")
+    sim.add(hm("10:04"), hm("10:05"), hm("10:06"))
+    sim.batch()
+    assert [k for k, *_ in sim.got(sim.sequences[0])] == [0] and sim.first_ordinal == 2
 
 
 def test_bounded_sequence_stops() -> None:
@@ -355,7 +425,7 @@ def scenarios(draw: st.DrawFn) -> tuple[list[int], int, str, list[int]]:
     times = list(itertools.accumulate(gaps, lambda t, g: t + g * S, initial=T0))[1:]
     split = draw(st.integers(0, n))  # elements before the registration
     cuts = sorted(draw(st.lists(st.integers(0, n + 2), max_size=6)))  # batch boundaries (record positions)
-    form = draw(st.sampled_from(["forward", "backward", "tumbling", "gaps", "count", "count-step"]))
+    form = draw(st.sampled_from(["forward", "backward", "tumbling", "gaps", "count", "count-step", "session"]))
     repeat = draw(st.sampled_from(["R", "R", "R1", "R3"]))
     if form == "count":
         width, step = draw(st.integers(1, 8)), draw(st.integers(1, 4))
@@ -376,6 +446,8 @@ def scenarios(draw: st.DrawFn) -> tuple[list[int], int, str, list[int]]:
         return times, split, f"{repeat}/{start}/{sign}PT{width}S/{draw(st.integers(1, 4))}", cuts
     if form == "tumbling":
         return times, split, f"{repeat}/{start}/PT{width}S", cuts
+    if form == "session":
+        return times, split, f"{repeat}/{start}/SESSION/PT{width}S", cuts
     step = draw(st.sampled_from([10, 30, 60, 120]))
     if form == "gaps":
         step = width + draw(st.sampled_from([10, 60, 120]))

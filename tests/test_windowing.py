@@ -1,4 +1,4 @@
-"""The reference window semantics, worked by hand (DESIGN §2 "WindowRef forms", "Completeness, order, time").
+"""The reference window semantics, worked by hand (docs/streams.md, "WindowRef": forms, bounds, completeness).
 
 Streams are small and their timestamps are whole minutes after 2016-06-20T10:00:00Z; every expected
 window is written out literally, with the arithmetic in a comment.
@@ -15,9 +15,11 @@ from hypothesis import strategies as st
 
 from sparql_ext import (
     Element,
+    EventPatternError,
     ListIndex,
     Window,
     WindowNotResolvable,
+    WindowRefSyntaxError,
     WindowSpec,
     bind_origin,
     bounds,
@@ -29,6 +31,7 @@ from sparql_ext import (
     window,
     windows,
 )
+from sparql_ext.event_windows import event_window_form
 
 BASE = 1_466_416_800_000_000  # 2016-06-20T10:00:00Z in µs since the epoch (1466416800 s)
 MIN = 60_000_000
@@ -296,6 +299,67 @@ def test_unresolvable() -> None:
         spec_of("HEAD~9/0", index)  # no element at all
     # a future ordinal as anchor is pending, not an error
     assert spec_of("7/PT05M", index).pending
+
+
+# ---- session windows ------------------------------------------------------------------------------
+
+# ordinals 1..8 at minutes 0, 1, 3, 10, 12, 20, 26, 27: with a 5-minute gap the runs are {0, 1, 3} (1→3: 2 min),
+# then 10 (7 after 3), {10, 12}, 20 (8 after 12), 26 (6 after 20), {26, 27}
+SESSIONS = stream(0, 1, 3, 10, 12, 20, 26, 27)
+
+
+def test_session_windows() -> None:
+    spec = spec_of("R/1/SESSION/PT05M", SESSIONS)  # t0 = minute 0 (element 1)
+    assert (spec.kind, spec.origin, spec.width, spec.first, spec.count) == ("session", m(0), 5 * MIN, 0, None)
+    # window k = [its first time, its last time + 5 min); stream time 27: ends 8, 17, 25 are reached, 32 is not
+    assert windows(spec, SESSIONS, m(27)) == [tw(0, 0, 8, 1, 2, 3), tw(1, 10, 17, 4, 5), tw(2, 20, 25, 6)]
+    assert bounds(spec, 3, SESSIONS) == (m(26), m(32)) and not is_complete(spec, 3, SESSIONS, m(31.9))
+    assert is_complete(spec, 3, SESSIONS, m(32)) and window(spec, 3, SESSIONS) == tw(3, 26, 32, 7, 8)
+    assert bounds(spec, 4, SESSIONS) is None  # not started
+
+
+def test_session_gap_edges_and_anchor() -> None:
+    # exactly the gap apart is a new window (elements closer than the gap form one): 0 | 5, 9.9 | 15
+    index = stream(0, 5, 9.9, 15)
+    assert windows(spec_of("R/1/SESSION/PT5M", index), index, m(30)) == [
+        tw(0, 0, 5, 1), tw(1, 5, 14.9, 2, 3), tw(2, 15, 20, 4)]
+    # elements before t0 are in no window: from element 3 (minute 3), {3} then {10, 12} …
+    assert windows(spec_of("R2/3/SESSION/PT5M", SESSIONS), SESSIONS, m(27)) == [tw(0, 3, 8, 3), tw(1, 10, 17, 4, 5)]
+    # a one-shot ref is the first window from its anchor: HEAD~4 = element 4, minute 10
+    assert windows(spec_of("HEAD~4/SESSION/PT5M", SESSIONS), SESSIONS, m(27)) == [tw(0, 10, 17, 4, 5)]
+
+
+def test_session_windows_of_an_empty_stream_wait_for_head() -> None:
+    spec = spec_of("R/HEAD/SESSION/PT2M", stream())
+    assert spec.pending and spec.anchor == 1
+    later = stream(4, 5, 9)  # HEAD was the first element to come: t0 = minute 4
+    assert windows(spec, later, m(12)) == [tw(0, 4, 7, 1, 2), tw(1, 9, 11, 3)]
+
+
+def test_session_windows_with_late_elements_join_the_open_window() -> None:
+    # lateness: element 3 (minute 4) arrives after element 2 (minute 5); it is not 5 minutes after the latest time
+    # before it (5), so it joins window 1, whose bounds are its earliest and latest times: [4, 5 + 5)
+    index = stream(0, 5, 4, 11)
+    assert windows(spec_of("R/1/SESSION/PT5M", index), index, m(20)) == [
+        tw(0, 0, 5, 1), tw(1, 4, 10, 2, 3), tw(2, 11, 16, 4)]
+
+
+def test_session_element_locates_its_window() -> None:
+    spec = spec_of("R/3/SESSION/PT5M", SESSIONS)
+    kind = spec.window_kind
+    assert kind.locate(0, 1, m(0), SESSIONS) == (0, None)  # before t0
+    assert kind.locate(0, 5, m(12), SESSIONS) == (1, tw(1, 10, 17, 4, 5))
+    assert kind.locate(1, 7, m(26), SESSIONS) == (3, tw(3, 26, 32, 7, 8))
+
+
+def test_session_refusals() -> None:
+    with pytest.raises(WindowRefSyntaxError, match="a session gap is positive"):
+        spec_of("R/HEAD/SESSION/-PT5M", SESSIONS)
+    with pytest.raises(WindowNotResolvable, match="'TUMBLE' names no window kind") as refused:
+        spec_of("R/HEAD/TUMBLE/PT5M", SESSIONS)
+    assert refused.value.status_hint == 400
+    with pytest.raises(EventPatternError, match="SESSION windows are not window functions of the evaluation time"):
+        event_window_form(parse_window_ref("R/HEAD/SESSION/PT5M"))
 
 
 # ---- properties ---------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""WindowRef parsing (DESIGN §2 "WindowRef forms"): valid forms, rejections that name the bad part, round trips."""
+"""WindowRef parsing (docs/streams.md, "WindowRef"): valid forms, rejections that name the bad part, round trips."""
 
 from __future__ import annotations
 
@@ -57,6 +57,10 @@ M1, M5, S30 = timedelta(minutes=1), timedelta(minutes=5), timedelta(seconds=30)
     ("HEAD/P1DT2H30M", WindowRef(False, 1, Head(0), width=timedelta(days=1, hours=2, minutes=30))),
     ("HEAD/-PT0.5S", WindowRef(False, 1, Head(0), width=-timedelta(milliseconds=500))),
     ("  R/HEAD/PT5M  ", WindowRef(True, None, Head(0), width=M5)),
+    # a window kind named, with its duration
+    ("R/HEAD/SESSION/PT05M", WindowRef(True, None, Head(0), kind="SESSION", duration=M5)),
+    ("R3/2016-06-20T10:00:00Z/SESSION/PT30S", WindowRef(True, 3, T10, kind="SESSION", duration=S30)),
+    ("HEAD~2/SESSION/PT1M", WindowRef(False, 1, Head(2), kind="SESSION", duration=M1)),
 ])
 def test_valid_forms(text: str, expected: WindowRef) -> None:
     ref = parse_window_ref(text)
@@ -118,6 +122,11 @@ def test_canonical_text(text: str, canonical: str) -> None:
     ("2016-06-20T10:00:00Z/2016-06-20T10:00:00Z", "is not after"),
     ("HEAD/HEAD~3", "'HEAD~3' is before its start 'HEAD'"),
     ("7/3", "'3' is before its start '7'"),
+    ("R/HEAD/SESSION", "'SESSION' names a window kind and is followed by a duration"),
+    ("R/HEAD/SESSION/5", "'SESSION' names a window kind and is followed by a duration"),
+    ("R/HEAD/SESSION/PT5M/PT1M", "beyond the third component"),
+    ("R/HEAD/SESSION/PT0S", "'PT0S' is a zero duration"),
+    ("r/head/session/pt5m", "must be upper case: R/HEAD/SESSION/PT5M"),
     ("head/PT5M", "'head'"),
 ])
 def test_rejections_name_the_bad_part(text: str, named: str) -> None:

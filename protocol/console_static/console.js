@@ -51,7 +51,9 @@ function showAccess() {
   const writable = canWrite();
   for (const fieldset of document.querySelectorAll("fieldset.writes")) fieldset.disabled = !writable;
   let text;
-  if (state.access.read_only) text = "This server is read-only: the console only reads.";
+  if (state.access.read_token_required && !token()) {
+    text = "This server needs a token to read: enter its read token (or the write token) above.";
+  } else if (state.access.read_only) text = "This server is read-only: the console only reads.";
   else if (state.access.token_required && !token()) {
     text = "Read-only: this server needs a write token for changes. Enter it above to create streams, upload " +
       "and register rules.";
@@ -83,7 +85,7 @@ class HttpError extends Error {
 }
 
 async function getJson(url) {
-  const response = await fetch(url, { headers: { Accept: "application/json" } });
+  const response = await fetch(url, { headers: writeHeaders({ Accept: "application/json" }) });  // a read token too
   if (!response.ok) throw new HttpError(response.status, await response.text(), response.headers);
   return response.json();
 }
@@ -98,7 +100,7 @@ async function send(method, url, body, contentType, accept) {
 
 function describeError(error) {
   if (!(error instanceof HttpError)) return `The request failed: ${error.message}`;
-  const why = { 401: " (this needs the write token)", 403: " (refused: a wrong token, or a read-only server)" };
+  const why = { 401: " (this needs a token the server knows)", 403: " (refused: a token without this right, or a read-only server)" };
   return `${error.status}${why[error.status] || ""}: ${error.message}`;
 }
 
@@ -430,7 +432,7 @@ function liveBounds(start, end) {
 // A refused WebSocket handshake has no readable body: ask once more over HTTP to show the server's words.
 async function checkSubscription(url, status) {
   try {
-    const response = await fetch(url, { headers: { Accept: "text/event-stream" } });
+    const response = await fetch(url, { headers: writeHeaders({ Accept: "text/event-stream" }) });
     if (!response.ok) status.textContent = `The server refused the subscription: ${response.status}: ${(await response.text()).trim()}`;
     else response.body.cancel();
   } catch {

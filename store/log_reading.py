@@ -1,11 +1,15 @@
-"""Reading the element logs as Arrow record batches, for the ``element_log`` Spark source (pipeline.element_source):
-which streams have a log, where each log's complete lines end, and the rows of a position range — decoded
-column-wise by pyarrow's JSON reader (no Python object per record), line by line only where a block holds something
-that is not a record (a torn or foreign line).
+"""The element logs as other packages read them: which logs there are, where each one's complete records end, the
+records of a position range as Arrow record batches (``RECORD_SCHEMA``), and the warm-up log. Element contents by
+byte runs are ``store.log_contents``'. The layout (``store.element_log``) and the record lines (``store.log_records``)
+stay the store's: nothing outside ``store`` imports those two (``tests/test_imports.py``).
 
-The records are ``store.log_records``'s (the store writes them with the same module): a registration's row carries
-in its ``ordinal`` column the last element ordinal before it; an element's row carries where its content is
-(``segment``, ``offset``, ``length``: ``store.element_log.Location``).
+Records are decoded column-wise by pyarrow's JSON reader (no Python object per record), line by line only where a
+block holds something that is not a record (a torn or foreign line). A registration's row carries in its ``ordinal``
+column the last element ordinal before it; an element's row carries where its content is (``segment``, ``offset``,
+``length``).
+
+The Spark source's processes read records with this module: it imports the log's two modules, numpy and pyarrow, and
+nothing of the dataset, pyoxigraph or the SPARQL parser.
 """
 
 from __future__ import annotations
@@ -22,52 +26,59 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from store.element_log import segment_bases, segment_name
-from store.log_records import ElementRecord, PunctuationRecord, RegistrationRecord, decode
+from store.element_log import LOG_DIRECTORY, records_file, segment_bases
+from store.log_records import KEY_TYPES, ElementRecord, PunctuationRecord, RegistrationRecord, decode, encode
 
-LOG_DIRECTORY = "log"
-#: The pipeline's own log (``pipeline.batches``): a few records appended at each start make the query's first batch,
-#: so that the first batch of real elements finds a warm JVM and Python workers. No stream can have this name.
-WARM_UP_STREAM = ".warm-up"
+__all__ = ["RECORD_SCHEMA", "WARM_UP_LOG", "append_warm_up_records", "list_logs", "log_directory", "log_end",
+           "range_completes", "read_records"]
 
 log = logging.getLogger(__name__)
 
-SCHEMA = StructType(
-    [
-        StructField("stream", StringType()),
-        StructField("kind", StringType()),
-        StructField("ordinal", LongType()),
-        StructField("time", TimestampType()),
-        StructField("sequence", StringType()),
-        StructField("commit", LongType()),
-        StructField("position", LongType()),
-        StructField("segment", LongType()),
-        StructField("offset", LongType()),
-        StructField("length", LongType()),
-    ]
-)
-#: What Spark checks returned record batches against, field for field (types, time zone, nullability).
-ARROW_SCHEMA: pa.Schema = to_arrow_schema(SCHEMA, timezone="UTC")
+#: A log no stream owns (a stream's name never starts with "."): a reader's own element records, to warm up on
+#: (``append_warm_up_records``). ``list_logs`` lists it with the streams' logs.
+WARM_UP_LOG = ".warm-up"
+
+#: One row per record: ``stream``, ``kind`` (element, punctuation, registration), ``ordinal`` (an element's, or the
+#: last element's before a registration), ``time`` (an element's timestamp or a punctuation's), ``sequence`` (a
+#: registration's), ``commit`` (µs), ``position`` (of its line in the log), and where an element's content is.
+RECORD_SCHEMA = pa.schema([
+    ("stream", pa.string()),
+    ("kind", pa.string()),
+    ("ordinal", pa.int64()),
+    ("time", pa.timestamp("us", tz="UTC")),
+    ("sequence", pa.string()),
+    ("commit", pa.int64()),
+    ("position", pa.int64()),
+    ("segment", pa.int64()),
+    ("offset", pa.int64()),
+    ("length", pa.int64()),
+])
+
+#: The record keys the columnar decode reads (``f``, an element's origin, is not read).
+_KEYS = pa.schema([(key, getattr(pa, KEY_TYPES[key])()) for key in ("o", "t", "g", "c", "d", "n", "p", "r", "h")])
 
 _TAIL_BLOCK = 64 * 1024
 _READ_BLOCK = 8 * 1024 * 1024
 _BATCH_ROWS = 10_000
 
-# --------------------------------------------------------------------------------------------- file helpers
+# ------------------------------------------------------------------------------------------------- which logs
 
 
-def list_streams(root: Path) -> dict[str, Path]:
-    """Stream name → log directory, for every stream directory that has a log (sorted by name)."""
+def log_directory(root: Path, stream: str) -> Path:
+    """The log of stream ``stream`` under the streams' directory ``root``."""
+    return root / stream / LOG_DIRECTORY
+
+
+def list_logs(root: Path) -> dict[str, Path]:
+    """Stream name → log directory, for every stream directory that has a log, and the warm-up log (sorted by name)."""
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except FileNotFoundError:
         return {}
     found: dict[str, Path] = {}
     for entry in entries:
-        if (entry.name.startswith(".") and entry.name != WARM_UP_STREAM) or not entry.is_dir():
+        if (entry.name.startswith(".") and entry.name != WARM_UP_LOG) or not entry.is_dir():
             continue
         path = Path(entry.path) / LOG_DIRECTORY
         if path.is_dir():
@@ -82,7 +93,7 @@ def log_end(directory: Path, start: int) -> int:
     if not bases:
         return 0
     last = bases[-1]
-    path = directory / (segment_name(last) + ".jsonl")
+    path = records_file(directory, last)
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -91,18 +102,16 @@ def log_end(directory: Path, start: int) -> int:
         start = 0
     if last + size == start:
         return start  # nothing new (the common case of an idle poll): no read at all
-    return last + complete_end(path, max(0, start - last), size)
+    return last + _complete_end(path, max(0, start - last), size)
 
 
-def complete_end(path: Path, start: int, size: int | None = None) -> int:
+def _complete_end(path: Path, start: int, size: int) -> int:
     """Byte offset just past the last ``\\n`` in ``[start, size)`` of a file; ``start`` when there is none.
 
     Scans backwards from the end, so the cost is the length of the incomplete tail, not of the log.
     """
     try:
         with open(path, "rb") as f:
-            if size is None:
-                size = os.fstat(f.fileno()).st_size
             pos = size
             while pos > start:
                 low = max(start, pos - _TAIL_BLOCK)
@@ -117,40 +126,12 @@ def complete_end(path: Path, start: int, size: int | None = None) -> int:
     return start
 
 
-def _parse(stream: str, segment: int, position: int, line: bytes, cols: dict[str, list[Any]]) -> None:
-    record = decode(line)
-    row: tuple[str, int | None, int | None, str | None]
-    content: tuple[int | None, int | None, int | None] = (None, None, None)
-    if isinstance(record, ElementRecord):
-        row = ("element", record.ordinal, record.time, None)
-        if record.content is not None:
-            content = (segment, *record.content)
-    elif isinstance(record, PunctuationRecord):
-        row = ("punctuation", None, record.time, None)
-    elif isinstance(record, RegistrationRecord):
-        row = ("registration", record.head, None, record.sequence)  # ordinal: last element before it
-    else:
-        log.warning("%s: skipping an unreadable line at byte %d", stream, position)
-        return
-    for name, value in zip(("kind", "ordinal", "time", "sequence"), row, strict=True):
-        cols[name].append(value)
-    cols["commit"].append(record.commit)
-    cols["position"].append(position)
-    for name, value in zip(("segment", "offset", "length"), content, strict=True):
-        cols[name].append(value)
+# ---------------------------------------------------------------------------------------------------- records
 
 
-def _batch(stream: str, cols: dict[str, list[Any]]) -> pa.RecordBatch:
-    n = len(cols["position"])
-    arrays = [pa.array([stream] * n, pa.string())]
-    for f in list(ARROW_SCHEMA)[1:]:
-        arrays.append(pa.array(cols[f.name], f.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
-
-
-def read_range(stream: str, directory: Path, start: int, end: int) -> Iterator[pa.RecordBatch]:
-    """Record batches for the complete lines at positions ``[start, end)`` of a stream's log (nothing of segments
-    that retention deleted, or of a log that is gone).
+def read_records(stream: str, directory: Path, start: int, end: int) -> Iterator[pa.RecordBatch]:
+    """Record batches (``RECORD_SCHEMA``) for the complete lines at positions ``[start, end)`` of a stream's log
+    (nothing of segments that retention deleted, or of a log that is gone).
 
     Each segment's bytes are decoded at once by pyarrow's JSON reader (C++; ~10× the per-line Python decode, which
     was most of a flood's pipeline cost); a range it refuses (a corrupted line) is read again line by line, which
@@ -194,15 +175,9 @@ def _range_blocks(directory: Path, start: int, end: int) -> Iterator[tuple[int, 
         limit = bases[i + 1] if i + 1 < len(bases) else end
         if limit <= start or base >= end:
             continue
-        path = directory / (segment_name(base) + ".jsonl")
         first, stop = max(start, base) - base, min(end, limit) - base
-        for block_start, block in _blocks(path, first, stop):
+        for block_start, block in _blocks(records_file(directory, base), first, stop):
             yield base, base + block_start, block
-
-
-_JSON_SCHEMA = pa.schema([("o", pa.int64()), ("t", pa.int64()), ("g", pa.string()), ("c", pa.int64()),
-                          ("d", pa.int64()), ("n", pa.int64()), ("p", pa.int64()), ("r", pa.string()),
-                          ("h", pa.int64())])
 
 
 @functools.cache
@@ -223,12 +198,12 @@ def _decode_block(stream: str, segment: int, position: int, block: bytes) -> pa.
     starts = np.concatenate(([0], ends[:-1] + 1))
     if np.any(ends == starts):
         raise ValueError("blank line")  # pyarrow skips blank lines: the positions would no longer line up
-    options = pj.ParseOptions(explicit_schema=_JSON_SCHEMA, unexpected_field_behavior="ignore")
+    options = pj.ParseOptions(explicit_schema=_KEYS, unexpected_field_behavior="ignore")
     table = pj.read_json(io.BytesIO(block), read_options=pj.ReadOptions(use_threads=False, block_size=1 << 20),
                          parse_options=options)
     if table.num_rows != ends.size:
         raise ValueError("a line is not one record")
-    col = {name: table.column(name).combine_chunks() for name in _JSON_SCHEMA.names}
+    col = {name: table.column(name).combine_chunks() for name in _KEYS.names}
     element = pc.and_(pc.and_(pc.is_valid(col["o"]), pc.is_valid(col["t"])), pc.is_valid(col["g"]))
     punctuation = pc.and_(pc.invert(element), pc.is_valid(col["p"]))
     registration = pc.and_(pc.and_(pc.invert(element), pc.invert(punctuation)), pc.is_valid(col["r"]))
@@ -242,14 +217,14 @@ def _decode_block(stream: str, segment: int, position: int, block: bytes) -> pa.
         pa.array(np.full(n, stream, dtype=object), pa.string()),
         _kinds().take(pa.array(np.where(code < 0, 0, code))),
         pc.if_else(element, col["o"], pc.if_else(registration, col["h"], nulls)),
-        pc.if_else(element, col["t"], pc.if_else(punctuation, col["p"], nulls)).cast(ARROW_SCHEMA.field("time").type),
+        pc.if_else(element, col["t"], pc.if_else(punctuation, col["p"], nulls)).cast(RECORD_SCHEMA.field("time").type),
         pc.if_else(registration, col["r"], pa.nulls(n, pa.string())),
         col["c"].fill_null(0),
         pa.array(position + starts, pa.int64()),
         pc.if_else(has_content, pa.array(np.full(n, segment, dtype=np.int64)), nulls),
         pc.if_else(has_content, col["d"], nulls),
         pc.if_else(has_content, col["n"], nulls),
-    ], schema=ARROW_SCHEMA)
+    ], schema=RECORD_SCHEMA)
     unreadable = code < 0
     if unreadable.any():
         for at in (position + starts[unreadable]).tolist():
@@ -261,7 +236,7 @@ def _decode_block(stream: str, segment: int, position: int, block: bytes) -> pa.
 def _decode_lines(stream: str, segment: int, position: int, block: bytes) -> Iterator[pa.RecordBatch]:
     """The records of ``block`` one line at a time (``store.log_records.decode``): lines that are not records are
     skipped with a warning."""
-    names = ARROW_SCHEMA.names[1:]
+    names = RECORD_SCHEMA.names[1:]
     cols: dict[str, list[Any]] = {name: [] for name in names}
     offset = 0
     for line in block.split(b"\n")[:-1]:
@@ -273,6 +248,37 @@ def _decode_lines(stream: str, segment: int, position: int, block: bytes) -> Ite
             cols = {name: [] for name in names}
     if cols["position"]:
         yield _batch(stream, cols)
+
+
+def _parse(stream: str, segment: int, position: int, line: bytes, cols: dict[str, list[Any]]) -> None:
+    record = decode(line)
+    row: tuple[str, int | None, int | None, str | None]
+    content: tuple[int | None, int | None, int | None] = (None, None, None)
+    if isinstance(record, ElementRecord):
+        row = ("element", record.ordinal, record.time, None)
+        if record.content is not None:
+            content = (segment, *record.content)
+    elif isinstance(record, PunctuationRecord):
+        row = ("punctuation", None, record.time, None)
+    elif isinstance(record, RegistrationRecord):
+        row = ("registration", record.head, None, record.sequence)  # ordinal: last element before it
+    else:
+        log.warning("%s: skipping an unreadable line at byte %d", stream, position)
+        return
+    for name, value in zip(("kind", "ordinal", "time", "sequence"), row, strict=True):
+        cols[name].append(value)
+    cols["commit"].append(record.commit)
+    cols["position"].append(position)
+    for name, value in zip(("segment", "offset", "length"), content, strict=True):
+        cols[name].append(value)
+
+
+def _batch(stream: str, cols: dict[str, list[Any]]) -> pa.RecordBatch:
+    n = len(cols["position"])
+    arrays = [pa.array([stream] * n, pa.string())]
+    for f in list(RECORD_SCHEMA)[1:]:
+        arrays.append(pa.array(cols[f.name], f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=RECORD_SCHEMA)
 
 
 def _blocks(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
@@ -295,3 +301,21 @@ def _blocks(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
             carry = data[cut:]
             if cut:
                 yield pos - len(data), data[:cut]
+
+
+# ---------------------------------------------------------------------------------------------------- warm-up
+
+
+def append_warm_up_records(root: Path, count: int, now: int, *, restart_past: int = 4 << 20) -> None:
+    """Append ``count`` element records (ordinals 1…``count``, a millisecond apart from ``now`` µs, no content) to the
+    warm-up log under ``root``, without fsync (they matter to no stream). The log is written again from scratch once
+    it passes ``restart_past`` bytes (a reader then reads it from its start, as a re-created log)."""
+    directory = log_directory(root, WARM_UP_LOG)
+    path = records_file(directory, 0)
+    if path.exists() and path.stat().st_size > restart_past:
+        path.unlink()
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = "".join(encode(ElementRecord(ordinal, now + 1_000 * ordinal, f"<urn:warm-up:{ordinal}>", now, None,
+                                         (0, 1))) + "\n" for ordinal in range(1, count + 1))
+    with path.open("a") as out:
+        out.write(lines)

@@ -1,8 +1,8 @@
 """The web console (``/console``, linked from ``/``): static files served from the package
 (``protocol/console_static/``: one HTML page, one script, one style sheet; no build step, no library). The page
-reads what any client reads — ``/status``, ``/streams``, ``/rules``, windowed IRIs as server-sent events,
-``/sparql`` — and writes with the token the user gives it, so it is bound by the same access rules
-(docs/console.md)."""
+reads what any client reads — ``/status``, ``/streams``, ``/rules``, ``/queries``, windowed IRIs and registered
+queries' results over WebSockets, ``/sparql`` — and writes with the token the user gives it, so it is bound by the
+same access rules (docs/console.md)."""
 
 from __future__ import annotations
 

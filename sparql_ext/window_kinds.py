@@ -407,7 +407,9 @@ class SessionWindows(WindowKind):
 
     def due(self, k: int, index: ElementIndex, lateness: int, spans: Spans) -> tuple[int | None, int | None] | None:
         found = self.read_bounds(k, index, spans)
-        return (None, None) if found is None else (found[1] + lateness, None)  # not started: nothing waits
+        if found is None:  # not started: an element opening it and one a gap later may both come in the next batch
+            return (self.spec.origin or 0) + self.spec.width + lateness, None
+        return found[1] + lateness, None
 
     def kept_from(self, k: int, live: bool, index: ElementIndex, unknown: int, first_ordinal: int
                   ) -> tuple[int | None, int | None] | None:

@@ -357,3 +357,67 @@ def test_a_window_and_a_rule_output_appear_live(page: Any, tmp_path: Path, spark
     averages_row = page.locator('#streams-table tr[data-stream="averages"]')
     expect(averages_row.locator("td").nth(4)).to_have_text("window 0: stream element 1")  # a count window
     screenshot(page, "streams-windows", tmp_path)
+
+
+# -- with Spark: an RSP-QL query registered, listed, followed live and deleted ----------------------------------------
+
+REGISTRATION = """PREFIX ex: <http://ex/>
+REGISTER RSTREAM <http://ex/high> AS
+SELECT ?o ?v
+FROM NAMED WINDOW ex:w ON ex:rspql-heart [RANGE PT1M STEP PT1M]
+WHERE { WINDOW ex:w { ?o ex:hr ?v FILTER(?v > 100) } }"""
+
+
+@pytest.mark.slow
+@pytest.mark.jvm
+def test_an_rsp_ql_query_registered_listed_and_followed_live(page: Any, tmp_path: Path,
+                                                             spark_server: RunningServer) -> None:
+    from playwright.sync_api import expect
+
+    spark = spark_server  # shared by this test worker: the stream and the query are named after this test
+    assert requests.put(f"{spark.url}/streams/rspql-heart", params={"alias": "http://ex/rspql-heart"},
+                        timeout=10).status_code == 201
+    page.goto(spark.url + "/console#queries")
+    expect(page.get_by_role("heading", name="Queries", level=1)).to_be_visible()
+    form = page.locator("#register-query")
+    form.get_by_label("Name").fill("console-high")
+    form.get_by_label("RSP-QL or C-SPARQL query").fill(REGISTRATION)
+    form.get_by_label("t0 (optional)").fill("2016-06-20T10:00:00Z")
+    form.get_by_role("button", name="Register query").click()
+    expect(page.locator("#queries-message")).to_have_text("Query console-high registered.")
+    row = page.locator('#queries-table tr[data-query="console-high"]')
+    expect(row.locator("th")).to_have_text("console-high")
+    # [RANGE PT1M STEP PT1M] from t0 10:00: tumbling 1-minute windows of the stream the IRI aliases; the defaults
+    # are seed 004's report policy (window close, non-empty content) and RStream
+    expect(row.locator("td")).to_have_text(["RSP-QL SELECT", "rspql-heart R/2016-06-20T10:00:00Z/PT1M",
+                                            "non-empty-content,window-close · rstream", "Follow results", "Delete"])
+
+    row.get_by_role("button", name="Follow results of console-high").click()
+    panel = page.locator("#registration-subscriptions article.subscription")
+    expect(panel.locator("h2")).to_have_text("Results of console-high")
+    expect(panel.locator("p.message")).to_contain_text("Waiting for the next window", timeout=30_000)
+
+    # [10:00, 10:01) holds 95 and 120 and completes with the reading at 10:01:10; only 120 passes the FILTER
+    page.get_by_role("link", name="Streams").click()
+    page.locator("#upload-stream").select_option("rspql-heart")
+    page.get_by_label("Elements", exact=True).fill(reading("q1", 0, 0, 95) + reading("q2", 0, 30, 120)
+                                                   + reading("q3", 1, 10, 130))
+    page.get_by_role("button", name="Upload").click()
+    expect(page.locator("#streams-message")).to_contain_text("3 element(s) committed to rspql-heart")
+
+    page.get_by_role("link", name="Queries").click()
+    window = panel.locator('li[data-window="0"]')
+    expect(window).to_be_visible(timeout=120_000)  # Spark assigns the window, then the query is evaluated on it
+    expect(window.locator("h3")).to_have_text("Window 0 [2016-06-20T10:00:00Z, 2016-06-20T10:01:00Z)")
+    expect(window.locator("thead th")).to_have_text(["?o", "?v"])
+    expect(window.locator("tbody tr")).to_have_count(1)
+    expect(window.locator("tbody td")).to_have_text(
+        ["<http://ex/o-q2>", "120 ^^<http://www.w3.org/2001/XMLSchema#integer>"])
+    screenshot(page, "queries", tmp_path)
+
+    row.get_by_role("button", name="Delete query console-high").click()
+    expect(page.locator("#queries-message")).to_have_text("Query console-high deleted.")
+    expect(row).to_have_count(0)
+    expect(panel.locator("p.message")).to_have_text("The query was deleted: no more windows.")
+    expect(page.get_by_role("heading", name="Queries", level=1)).to_be_focused()
+    assert requests.get(f"{spark.url}/queries/console-high", timeout=10).status_code == 404

@@ -195,6 +195,49 @@ def test_results_window_by_window_and_resumed(app: Flask, client: FlaskClient) -
     answer.close()
 
 
+def events(client: FlaskClient, name: str, last: str, query: str = "",
+           headers: dict[str, str] | None = None) -> tuple[str, list[tuple[str, list[str]]]]:
+    """A query's results as server-sent events in CSV, read up to the window event with id ``last``: the response's
+    ``Window-From`` and each window event's (id, data lines)."""
+    answer = client.get(f"/queries/{name}/results?format=text/csv{query}", buffered=False,
+                        headers={"Accept": "text/event-stream", **(headers or {})})
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    assert answer.headers["Content-Type"].startswith("text/event-stream")
+    text, chunks, found = "", iter(answer.response), []
+    while last not in [index for index, _ in found]:
+        text += next(chunks).decode()
+        found = []
+        for block in text.split("\n\n")[:-1]:  # complete events only
+            fields = [line.split(": ", 1) for line in block.splitlines() if not line.startswith(":")]
+            if ["event", "window"] in fields:
+                found.append((dict(f for f in fields if f[0] == "id")["id"], [v for k, v in fields if k == "data"]))
+    answer.close()
+    return answer.headers["Window-From"], found
+
+
+def test_results_as_csv_server_sent_events_resumed_after_a_window(app: Flask, client: FlaskClient) -> None:
+    """Tumbling 5-minute windows from t0 10:00: 0 [10:00, 10:05) {71, 72}, 1 [10:05, 10:10) {76}, 2 [10:10, 10:15)
+    no element (not reported: the default report policy skips empty windows), 3 [10:15, 10:20) {86}; the element
+    at 10:21 completes window 3."""
+    client.put("/streams/hr?alias=http://ex/hr")
+    described = json.loads(put(client, "csv", HR_QUERY, t0="2016-06-20T10:00:00Z")[1])
+    feed(client, "hr", [("2016-06-20T10:01:00Z", "<http://ex/o1> <http://ex/hr> 71 ."),
+                        ("2016-06-20T10:02:00Z", "<http://ex/o2> <http://ex/hr> 72 ."),
+                        ("2016-06-20T10:06:00Z", "<http://ex/o6> <http://ex/hr> 76 ."),
+                        ("2016-06-20T10:16:00Z", "<http://ex/o16> <http://ex/hr> 86 ."),
+                        ("2016-06-20T10:21:00Z", "<http://ex/o21> <http://ex/hr> 91 .")])
+    materialize(app, "hr", described["windows"][0]["sequence"], 1_466_418_060_000_000)  # 10:21: windows 0 … 3
+    window_1 = ("1", ["o,v", "http://ex/o6,76"])
+    window_3 = ("3", ["o,v", "http://ex/o16,86"])
+    [(zero, lines), first] = events(client, "csv", "1", "&from=0")[1]  # from the first window
+    assert (zero, lines[0], sorted(lines[1:])) == ("0", "o,v", ["http://ex/o1,71", "http://ex/o2,72"])
+    assert first == window_1
+    assert events(client, "csv", "3", "&after=0") == ("1", [window_1, window_3])
+    # an EventSource reconnecting repeats its URL (after=0) and sends the id of the last event it received: that wins
+    assert events(client, "csv", "3", "&after=0", {"Last-Event-ID": "1"}) == ("2", [window_3])
+    assert events(client, "csv", "3", "&after=2") == ("3", [window_3])
+
+
 SEED_004 = """PREFIX : <http://debs2015.org/streams/>
 REGISTER RSTREAM <http://debs2015.org/streams/out> AS
 SELECT ?t (?totalShort / ?totalLong AS ?ratio)

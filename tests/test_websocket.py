@@ -1,6 +1,7 @@
 """WebSockets at the stream IRIs (issue 16): an upload (one message per element, each answered with its ordinal)
 and a continuous response (one message per window), each with a disconnect and a resume, on a real server
-(gunicorn with the header-gate worker). Expected ordinals and windows are worked out by hand in each test."""
+(gunicorn with the header-gate worker); and a registered RSP-QL query's results (issue 32), over a WebSocket and as
+server-sent events, each resumed. Expected ordinals and windows are worked out by hand in each test."""
 
 from __future__ import annotations
 
@@ -146,6 +147,73 @@ def test_continuous_response_one_message_per_window_a_disconnect_and_a_resume(sp
     live = answer(ws)
     assert (live["Window-Index"], live["body"].split()) == ("4", ["g", "http://ex/f"])
     ws.close()
+
+
+REGISTRATION = """PREFIX ex: <http://ex/>
+REGISTER RSTREAM <http://ex/ws-out> AS
+SELECT ?o ?v
+FROM NAMED WINDOW ex:w ON ex:ws-queries [RANGE PT10S STEP PT10S]
+WHERE { WINDOW ex:w { ?o ex:v ?v } }"""
+
+
+@pytest.mark.jvm
+def test_a_registered_querys_results_over_a_websocket_and_as_csv_events_resumed(spark_server: RunningServer) -> None:
+    """GET /queries/NAME/results (docs/rsp-ql.md) at the same URL as a WebSocket and as server-sent events in CSV,
+    each resumed after a window. From t0 10:00:00, 10-second tumbling windows: [0,10) {a, b}, [10,20) {c},
+    [20,30) {d}, [30,40) {e}, [40,50) none (not reported: the default report policy skips empty windows),
+    [50,60) {f}; each body is ?o ?v, the element and its second."""
+    server = spark_server  # shared by this test worker: the stream and the query are named after the test
+    url = f"{server.url}/streams/ws-queries"
+    assert requests.put(url, params={"alias": "http://ex/ws-queries"}, timeout=10).status_code == 201
+    registered = requests.put(f"{server.url}/queries/ws-query", params={"t0": "2016-06-20T10:00:00Z"}, timeout=30,
+                              data=REGISTRATION, headers={"Content-Type": "application/sparql-query"})
+    assert registered.status_code == 201, registered.text
+    results = "/queries/ws-query/results?format=text/csv"
+    ws = Client.connect(ws_url(server, results))
+    opening = answer(ws)
+    assert opening["Window-From"] == "0" and opening["Window-Sequence"] == registered.json()["windows"][0]["sequence"]
+    assert requests.post(url, data=element("a", 1) + element("b", 5) + element("c", 12) + element("d", 25),
+                         headers=TRIG, timeout=30).ok
+    first, second = answer(ws), answer(ws)
+    assert (first["Window-Index"], first["Window-Start"], first["Window-End"], first["Content-Type"]) == (
+        "0", "2016-06-20T10:00:00Z", "2016-06-20T10:00:10Z", "text/csv")
+    header, *rows = first["body"].split()
+    assert (header, sorted(rows)) == ("o,v", ["http://ex/a,1", "http://ex/b,5"])
+    assert (second["Window-Index"], second["body"].split()) == ("1", ["o,v", "http://ex/c,12"])
+    ws.close()  # away after window 1
+    wait_until(lambda: requests.get(f"{server.url}/status", timeout=10).json()["continuous"] == [], 15,
+               lambda: "the registration of the closed WebSocket is still listed")
+    assert requests.post(url, data=element("e", 33) + element("f", 55), headers=TRIG, timeout=30).ok
+    # windows 2 {d} and 3 {e} complete while it is away, and [40,50) holds nothing; it resumes after window 1
+    ws = Client.connect(ws_url(server, results + "&after=1"))
+    assert answer(ws)["Window-From"] == "2"
+    resumed = [answer(ws), answer(ws)]
+    assert [(w["Window-Index"], w["body"].split()) for w in resumed] == [
+        ("2", ["o,v", "http://ex/d,25"]), ("3", ["o,v", "http://ex/e,33"])]
+    # live again: a punctuation at 10:01:00 completes [50,60) {f}
+    assert requests.post(url, params={"punctuation": "2016-06-20T10:01:00Z"}, timeout=30).ok
+    live = answer(ws)
+    assert (live["Window-Index"], live["body"].split()) == ("5", ["o,v", "http://ex/f,55"])
+    ws.close()
+    # the same results as server-sent events, resumed as an EventSource resumes: its URL, and the last id received
+    with requests.get(f"{server.url}{results}&after=0", stream=True, timeout=60,
+                      headers={"Accept": "text/event-stream", "Last-Event-ID": "3"}) as events:
+        assert events.status_code == 200 and events.headers["Window-From"] == "4"
+        received: list[tuple[str, list[str]]] = []
+        event: dict[str, list[str]] = {}
+        for line in events.iter_lines(chunk_size=1, decode_unicode=True):
+            if line and not line.startswith(":"):
+                key, _, value = line.partition(": ")
+                event.setdefault(key, []).append(value)
+            elif not line and event.get("event") == ["window"]:
+                received.append((event["id"][0], event["data"]))
+                if event["id"] == ["5"]:
+                    break
+            if not line:
+                event = {}
+    assert received == [("5", ["o,v", "http://ex/f,55"])]  # window 4 is empty: not reported
+    wait_until(lambda: requests.get(f"{server.url}/status", timeout=10).json()["continuous"] == [], 15,
+               lambda: "the registration of the closed event stream is still listed")  # the server is shared
 
 
 def test_the_client_gets_a_message_that_came_with_the_handshake_answer() -> None:

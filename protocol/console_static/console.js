@@ -1,12 +1,13 @@
 // The concentrator's web console (docs/console.md). Plain JavaScript, no build step, no library: it reads what
-// any HTTP client reads (/status, /streams, /rules, windowed IRIs as server-sent events, /sparql) and writes with
-// the token the user gives it (kept in sessionStorage: gone when the tab closes).
+// any HTTP client reads (/status, /streams, /rules, /queries, windowed IRIs and registered queries' results over
+// WebSockets, /sparql) and writes with the token the user gives it (kept in sessionStorage: gone when the tab
+// closes).
 "use strict";
 
 const TOKEN_KEY = "concentrator.write-token";
 const REFRESH_MS = 2000;
 const LIVE_KEPT = 50; // windows shown per subscription, newest first
-const VIEWS = { streams: "Streams", rules: "Rules", live: "Live outputs", query: "Query" };
+const VIEWS = { streams: "Streams", rules: "Rules", queries: "Queries", live: "Live outputs", query: "Query" };
 
 const state = {
   access: { token_required: false, read_only: false },
@@ -14,6 +15,7 @@ const state = {
   view: "streams",
   timer: null,
   subscriptions: 0,
+  queriesShown: "", // the /queries document the table shows
 };
 
 const $ = (selector, root = document) => root.querySelector(selector);
@@ -49,7 +51,7 @@ function canWrite() {
 
 function showAccess() {
   const writable = canWrite();
-  for (const fieldset of document.querySelectorAll("fieldset.writes")) fieldset.disabled = !writable;
+  for (const control of document.querySelectorAll("fieldset.writes, button.writes")) control.disabled = !writable;
   let text;
   if (state.access.read_token_required && !token()) {
     text = "This server needs a token to read: enter its read token (or the write token) above.";
@@ -131,7 +133,8 @@ function refresh() {
     state.timer = setTimeout(refresh, REFRESH_MS);
     return;
   }
-  const work = { streams: refreshStreams, rules: refreshRules, live: refreshStreamList, query: refreshStreamList };
+  const work = { streams: refreshStreams, rules: refreshRules, queries: refreshQueries, live: refreshStreamList,
+    query: refreshStreamList };
   work[state.view]().finally(() => {
     state.timer = setTimeout(refresh, REFRESH_MS);
   });
@@ -341,6 +344,102 @@ async function registerRule(event) {
   await refreshRules();
 }
 
+// -- queries: RSP-QL and C-SPARQL registrations (docs/rsp-ql.md) ----------------------------------------------
+
+const LANGUAGES = { "rsp-ql": "RSP-QL", "c-sparql": "C-SPARQL" };
+
+async function refreshQueries() {
+  let queries;
+  try {
+    queries = await getJson("/queries");
+  } catch {
+    return;
+  }
+  // the rows hold buttons: redrawn only when a description changed, so the focus stays where the user left it
+  const described = JSON.stringify(queries);
+  if (described === state.queriesShown) return;
+  state.queriesShown = described;
+  $("#queries-table tbody").replaceChildren(...queries.map(queryRow));
+  $("#queries-empty").hidden = queries.length > 0;
+}
+
+function queryRow(query) {
+  const windows = element("ul", { class: "plain" }, query.windows.map((w) =>
+    element("li", {}, `${w.stream} `, element("code", { text: w.windows }))));
+  const results = query.rule
+    ? `the rule ${query.rule}, writing into stream ${query.output}`
+    : element("button", { type: "button", "data-follow": query.name, "aria-label": `Follow results of ${query.name}`,
+      text: "Follow results" });
+  return element("tr", { "data-query": query.name },
+    element("th", { scope: "row" }, element("a", { href: `/queries/${encodeURIComponent(query.name)}`,
+      text: query.name })),
+    element("td", { text: `${LANGUAGES[query.language] || query.language} ${query.form}` }),
+    element("td", {}, windows),
+    element("td", {}, element("code", { text: query.report }), ` · ${query.operator}`),
+    element("td", {}, results),
+    element("td", {}, element("button", { type: "button", class: "writes", "data-delete": query.name,
+      disabled: !canWrite(), "aria-label": `Delete query ${query.name}`, text: "Delete" })));
+}
+
+async function registerQuery(event) {
+  event.preventDefault();
+  const form = event.target;
+  const name = form.elements.name.value.trim();
+  const params = new URLSearchParams();
+  for (const key of ["report", "operator", "t0"]) {
+    const value = form.elements[key].value.trim();
+    if (value) params.set(key, value);
+  }
+  const options = params.toString() ? `?${params}` : "";
+  try {
+    const response = await send("PUT", `/queries/${encodeURIComponent(name)}${options}`, form.elements.text.value,
+      "application/sparql-query");
+    say("#queries-message", response.status === 201 ? `Query ${name} registered.` : `Query ${name} replaced.`);
+  } catch (error) {
+    say("#queries-message", `Query ${name} was not registered: ${describeError(error)}`, true);
+  }
+  await refreshQueries();
+}
+
+// The table's buttons, delegated: its rows are redrawn when the registrations change.
+async function queryAction(event) {
+  const button = event.target.closest("button");
+  if (!button) return;
+  if (button.dataset.follow) followQuery(button.dataset.follow);
+  else if (button.dataset.delete) await deleteQuery(button.dataset.delete);
+}
+
+// A registered query's results, as the live outputs' panels follow a windowed IRI: the same WebSocket, one
+// message per window of its first window's sequence (the registration fixes the sequence: no sequence= to resume).
+function followQuery(name) {
+  const panel = openPanel($("#registration-subscriptions"), ["Results of ", element("code", { text: name })],
+    `/queries/${encodeURIComponent(name)}/results`, {
+      namesSequence: false,
+      refused: "check that the query is still registered and is not a rule (a rule's results are its output stream)",
+      focusAfterStop: "#queries-heading",
+    });
+  panel.dataset.query = name;
+  say("#queries-message", `Following the results of ${name}: each window's result appears below as it completes.`);
+}
+
+async function deleteQuery(name) {
+  try {
+    await send("DELETE", `/queries/${encodeURIComponent(name)}`);
+  } catch (error) {
+    say("#queries-message", `Query ${name} was not deleted: ${describeError(error)}`, true);
+    return;
+  }
+  say("#queries-message", `Query ${name} deleted.`);
+  for (const panel of document.querySelectorAll("article.subscription[data-query]")) {
+    if (panel.dataset.query !== name) continue;
+    panel.stopped = true; // no reconnecting to a query that is gone
+    if (panel.socket) panel.socket.close();
+    panel.querySelector("p.message").textContent = "The query was deleted: no more windows.";
+  }
+  await refreshQueries();
+  $("#queries-heading").focus(); // its button is gone with its row
+}
+
 // -- live outputs: one WebSocket per subscription ---------------------------------------------------------------
 
 function subscribe(event) {
@@ -352,33 +451,49 @@ function subscribe(event) {
   const params = new URLSearchParams({ WINDOWS: windows });
   if (query) params.set("query", query);
   else params.set("format", "application/n-quads"); // the window dataset, a line per quad
-  const url = `/streams/${encodeURIComponent(name)}?${params}`;
+  openPanel($("#subscriptions"), [`${name} `, element("code", { text: windows }), query ? " with a query" : ""],
+    `/streams/${encodeURIComponent(name)}?${params}`, {
+      namesSequence: true, // a HEAD ref names another sequence at each registration: a resume names its own
+      refused: "check the stream and the WindowRef (it must be repeating, R/…)",
+      focusAfterStop: "#live-heading",
+    });
+}
+
+// A panel following a continuous response over a WebSocket (a windowed IRI, or a registered query's results), the
+// newest window first, with a button to stop. options: namesSequence (a resume sends sequence=), refused (what to
+// check when the server refuses it), focusAfterStop (where the focus goes when the panel is removed).
+function openPanel(container, heading, url, options) {
   const id = `subscription-${++state.subscriptions}`;
   const list = element("ol", { class: "windows", "aria-live": "polite", "aria-relevant": "additions",
     "aria-labelledby": `${id}-heading` });
   const status = element("p", { class: "message", text: "Connecting…" });
   const stop = element("button", { type: "button", text: "Stop following" });
   const panel = element("article", { class: "card subscription", id, "aria-labelledby": `${id}-heading` },
-    element("h2", { id: `${id}-heading` }, `${name} `, element("code", { text: windows }),
-      query ? " with a query" : ""),
-    stop, status, list);
-  $("#subscriptions").prepend(panel);
+    element("h2", { id: `${id}-heading` }, heading), stop, status, list);
+  panel.options = options;
+  container.prepend(panel);
   follow(url, status, list);
   stop.addEventListener("click", () => {
     panel.stopped = true;
     if (panel.socket) panel.socket.close();
     panel.remove();
-    $("#live-heading").focus();
+    $(options.focusAfterStop).focus();
   });
+  return panel;
 }
 
 // One message per window over a WebSocket at the windowed IRI (docs/connectors.md, "WebSocket"): the first message
 // carries the response's headers (Window-Sequence), each next one a window's headers (its index and bounds) and its
-// document. A dropped connection reconnects and resumes after the last window received (after=, sequence=).
+// document. A dropped connection reconnects and resumes after the last window received (after=, and sequence= where
+// the panel names one).
 function follow(url, status, list, resume = null) {
   const panel = list.closest("article");
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const resumeParams = resume ? `&after=${resume.after}&sequence=${encodeURIComponent(resume.sequence)}` : "";
+  let resumeParams = "";
+  if (resume) {
+    resumeParams = `${url.includes("?") ? "&" : "?"}after=${resume.after}`;
+    if (resume.sequence) resumeParams += `&sequence=${encodeURIComponent(resume.sequence)}`;
+  }
   const socket = new WebSocket(`${scheme}//${location.host}${url}${resumeParams}`);
   const seen = { sequence: resume?.sequence ?? null, after: resume?.after ?? null, opened: false };
   panel.socket = socket;
@@ -386,7 +501,7 @@ function follow(url, status, list, resume = null) {
     const data = JSON.parse(message.data);
     if (!seen.opened) {
       seen.opened = true;
-      seen.sequence = data["Window-Sequence"] ?? seen.sequence;
+      if (panel.options.namesSequence) seen.sequence = data["Window-Sequence"] ?? seen.sequence;
       status.textContent = "Waiting for the next window (windows complete as stream time passes their end).";
       return;
     }
@@ -407,8 +522,7 @@ function follow(url, status, list, resume = null) {
   socket.addEventListener("close", () => {
     if (panel.stopped || !panel.isConnected) return;
     if (!seen.opened) {
-      status.textContent = "The server refused the subscription: check the stream and the WindowRef (it must be " +
-        "repeating, R/…).";
+      status.textContent = `The server refused the subscription: ${panel.options.refused}.`;
       checkSubscription(url, status);
       return;
     }
@@ -568,6 +682,8 @@ function start() {
   $("#upload").addEventListener("submit", upload);
   $("#punctuate").addEventListener("submit", punctuate);
   $("#register-rule").addEventListener("submit", registerRule);
+  $("#register-query").addEventListener("submit", registerQuery);
+  $("#queries-table tbody").addEventListener("click", queryAction);
   $("#subscribe").addEventListener("submit", subscribe);
   $("#query-form").addEventListener("submit", runQuery);
   $("#query-text").addEventListener("keydown", (event) => {

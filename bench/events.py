@@ -2,19 +2,20 @@
 pattern as a SPARQL self-join over the whole window at each element.
 
 For each window size N (the last N elements: ``EVENT <…/streams/prices?WINDOWS=HEAD~(N−1)/HEAD>``) and each pattern
-(a two-step ``E1 SEQ E2`` and a four-step ``E1 SEQ E2 SEQ E3 SEQ E4``, the steps joined on the company), a stream of
-N + M elements (one price of one of ``--keys`` companies per element, a second apart) is stored in a real stream;
-then, for the M arrivals after the window is full:
+(a two-step ``E1 SEQ E2``, a four-step ``E1 SEQ E2 SEQ E3 SEQ E4``, and the join ``E1 AND E2`` of EP-SPARQL, in either
+order in time; the steps joined on the company), a stream of N + M elements (one price of one of ``--keys`` companies
+per element, a second apart) is stored in a real stream; then, for the M arrivals after the window is full:
 
 - **incremental**: what an event rule's worker does per element (``rules/event_rules.py``): the element's content
   from the element log into an in-memory pyoxigraph store, each EVENT's pattern over it, ``EventMatcher.arrive``;
 - **naive**: the window's N elements in one pyoxigraph store (the newest added, the oldest removed), the same pattern
-  as one SELECT joining N graphs by their timestamps (``FILTER (?t1 < ?t2 …)``), and its new solutions (those not
-  in the previous evaluation's). Measured on the first arrivals only, up to ``--naive-seconds`` per case.
+  as one SELECT joining N graphs by their timestamps (``FILTER (?t1 < ?t2 …)``; none for AND), and its new
+  solutions (those not in the previous evaluation's). Measured on the first arrivals only, up to
+  ``--naive-seconds`` per case.
 
-Both find the same new matches at each measured arrival (checked). The derived events' output (the rule's CONSTRUCT
-and the output element's commit) is the same work for both and left out. Prints a table, writes
-``bench/results/events.json`` and ``events.png``.
+Both find the same new matches (as the sets of elements they use) at each measured arrival (checked). The derived
+events' output (the rule's CONSTRUCT and the output element's commit) is the same work for both and left out.
+Prints a table, writes ``bench/results/events.json`` and ``events.png``.
 """
 
 from __future__ import annotations
@@ -48,19 +49,28 @@ T0 = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z
 SECOND = 1_000_000
 
 
-def rule_text(steps: int, size: int) -> str:
+CASES = [("SEQ", 2), ("SEQ", 4), ("AND", 2)]  # (operator, steps)
+
+
+def rule_text(steps: int, size: int, operator: str = "SEQ") -> str:
     window = f"<{BASE}/streams/prices?WINDOWS=HEAD~{size - 1}/HEAD>"
-    events = " SEQ ".join(f"EVENT {window} {{ ?c :price ?p{i} }}" for i in range(1, steps + 1))
+    events = f" {operator} ".join(f"EVENT {window} {{ ?c :price ?p{i} }}" for i in range(1, steps + 1))
     return f"PREFIX : <http://ex/>\nCONSTRUCT {{ ?c :seq ?p{steps} }} WHERE {{ MATCH {{ {events} }} }}"
 
 
-def naive_query(steps: int) -> str:
-    """The same pattern as a self-join over the window's graphs, in time order; its solutions name the elements."""
+def naive_query(steps: int, operator: str = "SEQ") -> str:
+    """The same pattern as a self-join over the window's graphs (in time order for SEQ); its solutions name the
+    elements."""
     graphs = " ".join(f"?g{i}" for i in range(1, steps + 1))
     patterns = " ".join(f"GRAPH ?g{i} {{ ?c <http://ex/price> ?p{i} }} ?g{i} <{PROV}> ?t{i} ."
                         for i in range(1, steps + 1))
     order = " && ".join(f"?t{i} < ?t{i + 1}" for i in range(1, steps))
-    return f"SELECT {graphs} WHERE {{ {patterns} FILTER ({order}) }}"
+    return f"SELECT {graphs} WHERE {{ {patterns} {f'FILTER ({order})' if operator == 'SEQ' else ''} }}"
+
+
+def label(row: dict[str, Any]) -> str:
+    operator = row.get("operator", "SEQ")
+    return f"{row['steps']}-step SEQ" if operator == "SEQ" else f"{row['steps']}-way {operator}"
 
 
 def feed(stream: Stream, count: int, keys: int, seed: int) -> None:
@@ -75,16 +85,21 @@ def feed(stream: Stream, count: int, keys: int, seed: int) -> None:
         stream.flush()
 
 
-def measure_case(services: Services, stream: Stream, steps: int, size: int, measured: int, naive_seconds: float
-                 ) -> dict[str, Any]:
-    text = rule_text(steps, size)
+def measure_case(services: Services, stream: Stream, steps: int, size: int, measured: int, naive_seconds: float,
+                 operator: str = "SEQ") -> dict[str, Any]:
+    text = rule_text(steps, size, operator)
     evaluator = services.evaluator.with_local_bases([BASE])
     spec = event_rule_spec(text, BASE, evaluator)
     assert spec is not None
-    rule = Rule(f"bench-{steps}-{size}", text, "out", BASE, [], events=["prices"])
+    rule = Rule(f"bench-{operator.lower()}-{steps}-{size}", text, "out", BASE, [], events=["prices"])
     worker = EventRuleWorker(rule, services.rules, Path(tempfile.mkdtemp(prefix="event-bench-")))
     [iri] = spec.streams
     graphs = {o: NamedNode(stream.graph_of(o)[1:-1]) for o in range(1, size + measured + 1)}  # type: ignore[index]
+    ordinals = {graph: ordinal for ordinal, graph in graphs.items()}
+
+    def elements(row: tuple[NamedNode, ...]) -> tuple[NamedNode, ...]:
+        """A match's elements in time order, each once (a join may use one element twice)."""
+        return tuple(sorted(set(row), key=ordinals.__getitem__))
 
     def arrive(ordinal: int) -> set[tuple[NamedNode, ...]]:
         at = stream.time_of(ordinal)
@@ -110,10 +125,11 @@ def measure_case(services: Services, stream: Stream, steps: int, size: int, meas
         graph = graphs[ordinal]
         for quad in [*window.quads_for_pattern(None, None, None, graph), *window.quads_for_pattern(graph, None, None)]:
             window.remove(quad)
-    query = naive_query(steps)
+    query = naive_query(steps, operator)
 
     def evaluate() -> set[tuple[NamedNode, ...]]:
-        return {tuple(row[f"g{i}"] for i in range(1, steps + 1)) for row in window.query(query)}  # type: ignore
+        return {elements(tuple(row[f"g{i}"] for i in range(1, steps + 1)))
+                for row in window.query(query)}  # type: ignore[union-attr]
 
     for ordinal in range(1, size + 1):
         add(ordinal)
@@ -133,7 +149,7 @@ def measure_case(services: Services, stream: Stream, steps: int, size: int, meas
         previous = current
         assert new == found[ordinal], (steps, size, ordinal, len(new), len(found[ordinal]))
     matches = sum(len(found[o]) for o in found)
-    return {"steps": steps, "window": size, "arrivals": measured, "naive_arrivals": len(naive),
+    return {"operator": operator, "steps": steps, "window": size, "arrivals": measured, "naive_arrivals": len(naive),
             "incremental_us": round(1e6 * statistics.median(incremental), 1),
             "incremental_p90_us": round(1e6 * sorted(incremental)[int(0.9 * len(incremental))], 1),
             "naive_us": round(1e6 * statistics.median(naive), 1),
@@ -149,11 +165,11 @@ def run(sizes: list[int], measured: int, keys: int, naive_seconds: float, direct
         stream, _ = services.streams.put(StreamConfig("prices"))
         feed(stream, max(sizes) + measured, keys, seed=18)
         rows = []
-        for steps in (2, 4):
+        for operator, steps in CASES:
             for size in sizes:
-                rows.append(measure_case(services, stream, steps, size, measured, naive_seconds))
+                rows.append(measure_case(services, stream, steps, size, measured, naive_seconds, operator))
                 row = rows[-1]
-                print(f"{steps}-step SEQ, window {size:>6}: incremental {row['incremental_us']:>9,.1f} µs/element, "
+                print(f"{label(row)}, window {size:>6}: incremental {row['incremental_us']:>9,.1f} µs/element, "
                       f"naive {row['naive_us']:>12,.1f} µs/element ({row['naive_arrivals']} arrivals), "
                       f"{row['matches_per_element']} matches/element", flush=True)
         return rows
@@ -163,9 +179,9 @@ def run(sizes: list[int], measured: int, keys: int, naive_seconds: float, direct
 
 def plots(document: dict[str, Any], name: str) -> list[Path]:
     """``<name>.png``: time per arriving element against the window size, incremental and naive, per pattern."""
-    curves = {f"{way}, {steps}-step SEQ": [(row["window"], row[f"{way}_us"]) for row in document["rows"]
-                                          if row["steps"] == steps]
-              for steps in (2, 4) for way in ("incremental", "naive")}
+    cases = dict.fromkeys(label(row) for row in document["rows"])
+    curves = {f"{way}, {case}": [(row["window"], row[f"{way}_us"]) for row in document["rows"] if label(row) == case]
+              for case in cases for way in ("incremental", "naive")}
     return [scaling_plot(name, "Event matching: time per arriving element (median) against the window size",
                          curves, xlabel="window (elements)", ylabel="µs per element", log_x=True, log_y=True)]
 
@@ -188,7 +204,7 @@ def main() -> None:
         rows = run(sizes, args.arrivals, args.keys, args.naive_seconds, Path(tmp))
     print(f"{'pattern':<12} {'window':>7} {'incr. µs':>10} {'naive µs':>12} {'speed-up':>9} {'matches/el':>11}")
     for row in rows:
-        print(f"{row['steps']}-step SEQ  {row['window']:>7} {row['incremental_us']:>10,.1f} {row['naive_us']:>12,.1f} "
+        print(f"{label(row):<12} {row['window']:>7} {row['incremental_us']:>10,.1f} {row['naive_us']:>12,.1f} "
               f"{row['naive_us'] / row['incremental_us']:>9,.1f} {row['matches_per_element']:>11}")
     document = {"keys": args.keys, "arrivals": args.arrivals, "naive_seconds": args.naive_seconds, "rows": rows}
     path = write_json(args.name, document)

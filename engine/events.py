@@ -5,6 +5,7 @@
   and column of the user's text;
 - :func:`element_solutions`: the solutions of each EVENT's P over one element (RSEP-QL Eq. 4), from an in-memory
   store of the element's content as the element log holds it;
+- :func:`element_depth`: the derivation depth an event rule wrote into an element (recursion's bound);
 - :func:`filter_function`: the matcher's FILTER evaluation (a filter's query on an empty store, bindings
   substituted);
 - :func:`substitute_matches`: a query's MATCH clauses replaced by their matches as ``VALUES`` tables, evaluated once
@@ -19,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pyoxigraph import BlankNode, DefaultGraph, NamedNode, RdfFormat, Store, Variable
+from pyoxigraph import BlankNode, DefaultGraph, Literal, NamedNode, RdfFormat, Store, Variable
 
 from engine.results import values_table
 from engine.syntax import check_syntax, checked_query
@@ -93,6 +94,19 @@ def element_solutions(stream: Stream, ordinal: int, at: int, events: list[Event]
         solutions[event.ident] = [{v.value: row[v] for v in variables if row[v] is not None}
                                   for row in result]  # type: ignore[union-attr]
     return solutions
+
+
+EVENT_DEPTH = NamedNode("urn:x-concentrator:event#depth")
+
+
+def element_depth(stream: Stream, ordinal: int) -> int:
+    """The derivation depth an event rule wrote into element ``ordinal`` (``<g> ev:depth n`` in its graph), 0 for an
+    element no event rule derived (docs/events.md, recursion)."""
+    store = Store()
+    store.load(stream.contents([ordinal]), RdfFormat.TRIG, lenient=True)
+    depths = [int(quad.object.value) for quad in store.quads_for_pattern(None, EVENT_DEPTH, None)
+              if isinstance(quad.object, Literal) and quad.object.value.isdigit()]
+    return max(depths, default=0)
 
 
 def substitute_matches(query: EventQuery, base: str | None,

@@ -4,7 +4,9 @@
   URL (created if missing); optional ``report=`` and ``operator=`` (docs/continuous.md); ``publish=`` an MQTT
   topic each output element is published to (docs/connectors.md; needs ``serve --mqtt``). 201 when new, 204
   when replaced; 400 when the rule can have no windowed input or its ``SERVICE ?var`` inputs cannot be
-  discovered from the dataset, or a bad report policy; 409 on a cycle.
+  discovered from the dataset, or a bad report policy; 409 on a cycle. An event rule (docs/events.md) also takes
+  ``evaluate=`` (its evaluation times, ``R/T/β``), ``from=`` (an ordinal or a time of its streams' history to
+  start matching at) and ``depth=`` (the derivation depth a recursive event rule stops at).
 - ``PUT /rules``: many rules at once, all or none: an ``application/json`` body ``{"rules": [{"name", "query",
   "output", "report", "operator", "publish"}, …]}`` (the fields are ``PUT /rules/{name}``'s name, body and
   parameters). 201 when one of them is new, else 200, with ``{"created": [names], "replaced": [names]}``; a bad
@@ -90,7 +92,7 @@ def list_rules() -> Response:
 
 @bp.route("/rules/<name>", methods=["PUT"])
 @writes("registering a rule")
-@reads("output", "report", "operator", "publish")
+@reads("output", "report", "operator", "publish", "evaluate", "from", "depth")
 def put_rule(name: str) -> Response:
     content_type = (request.mimetype or "").lower()
     if content_type != "application/sparql-query":
@@ -106,7 +108,9 @@ def put_rule(name: str) -> Response:
     previous = _registry().find(name)
     _check_outputs([(name, output, previous)], base)
     rule, created = _registry().put(name, text, output, base, request.args.get("report"), request.args.get("operator"),
-                                    publish)
+                                    publish, evaluate=request.args.get("evaluate") or None,
+                                    replay_from=request.args.get("from") or None,
+                                    depth=request.args.get("depth") or None)
     if publications is not None:
         _follow_publish(publications, rule.name, rule.output, publish, base, previous)
     response = jsonify(rule_json(rule)) if created else Response(status=204)
@@ -116,7 +120,8 @@ def put_rule(name: str) -> Response:
     return response
 
 
-BULK_FIELDS = {"name": True, "query": True, "output": True, "report": False, "operator": False, "publish": False}
+BULK_FIELDS = {"name": True, "query": True, "output": True, "report": False, "operator": False, "publish": False,
+               "evaluate": False, "from": False, "depth": False}
 
 
 @bp.route("/rules", methods=["PUT"])
@@ -169,7 +174,8 @@ def _bulk_spec(index: int, entry: object, base: str) -> RuleSpec:
     publish = entry.get("publish") or None
     _check_publish(publish, f"{where}: publish")
     return RuleSpec(entry["name"], entry["query"], entry["output"], base, entry.get("report") or None,
-                    entry.get("operator") or None, publish)
+                    entry.get("operator") or None, publish, entry.get("evaluate") or None, entry.get("from") or None,
+                    entry.get("depth") or None)
 
 
 def _check_outputs(changes: list[tuple[str, str | None, Rule | None]], base: str) -> None:

@@ -4,7 +4,6 @@ what each is), the streams an event rule's EVENTs read, and what a rule file's l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pyoxigraph import NamedNode
@@ -133,41 +132,3 @@ def rule_file(text: str) -> RuleFile:
             declared[key.strip().lower()] = value.strip()
     output = declared.get("output", "").strip("<>") or None
     return RuleFile(text, output, declared.get("report"), declared.get("operator"), declared.get("publish") or None)
-
-
-def find_cycle(start: str, edges: Callable[[str], list[tuple[str, str]]],
-                done: set[str]) -> tuple[list[str], list[str]] | None:
-    """A cycle reachable from stream ``start`` as (its streams, the rules from each to the next), iteratively (a
-    long chain of rules must not exhaust the stack); ``done``: streams already searched, from which none is
-    reachable (shared by the searches of one check)."""
-    path: list[str] = []  # streams on the current path
-    via: list[str] = []  # the rule leading from path[i] to path[i + 1]
-    on_path: dict[str, int] = {}
-    stack: list[tuple[str, Iterator[tuple[str, str]]]] = []
-    if start in done:
-        return None
-    path.append(start)
-    on_path[start] = 0
-    stack.append((start, iter(edges(start))))
-    while stack:
-        stream, pending = stack[-1]
-        step = next(pending, None)
-        if step is None:
-            stack.pop()
-            path.pop()
-            del on_path[stream]
-            if via:
-                via.pop()
-            done.add(stream)
-            continue
-        rule, target = step
-        if target in on_path:
-            first = on_path[target]
-            return path[first:], [*via[first:], rule]
-        if target in done:
-            continue
-        via.append(rule)
-        on_path[target] = len(path)
-        path.append(target)
-        stack.append((target, iter(edges(target))))
-    return None

@@ -1,19 +1,18 @@
-"""Event rules (docs/events.md): rules whose CONSTRUCT holds ``MATCH { … }``, fired on content change.
+"""Event rules (docs/events.md): rules whose CONSTRUCT holds ``MATCH { … }``, fired on content change or at chosen
+evaluation times (``evaluate=``), from their registration or from a point of their streams' history (``from=``).
 
 A rule with a MATCH clause reads the streams its EVENTs name (``EVENT <streams/NAME?WINDOWS=…> { P }``); it has no
 window inputs and the Spark pipeline plays no part. Each rule has a worker thread (``EventRuleWorker``), woken by the
 commits of those streams (``Stream.on_commit``): it takes the committed elements it has not matched yet, in time
 order, evaluates each EVENT's P over the element's graph (an in-memory pyoxigraph store of the element's content
-from the element log), feeds the rule's ``EventMatcher`` and, for each new match:
+from the element log), feeds the rule's ``EventMatcher`` (evaluating at each element, or at each evaluation time
+once an element or a punctuation is past it) and, for each new match:
 
-1. evaluates the rule with the MATCH replaced by the match's bindings (a one-row ``VALUES``), so the rest of the
-   WHERE (the dataset, other SERVICEs) joins as with any graph pattern;
-2. makes one output element of what it constructs (a triple template: one element, graph
-   ``urn:uuid:`` named after the match; a quad template: one per constructed graph), adds to each the links of the
-   derived event to its constituents (seed 002 DM10) — ``<g> prov:wasDerivedFrom <element graph>`` per constituent,
-   ``<g> ev:start`` / ``ev:end`` the match interval (``xsd:dateTime``), ``<g> ev:rule <BASE/rules/NAME>`` — and
-   stamps it with the match's end time (moved 1 µs past the output stream's time when it is not after it);
-3. appends it to the rule's output stream with the origin ``NAME/match/RULE-DIGEST/MATCH-DIGEST/POSITION``.
+1. evaluates the rule with the MATCH replaced by the match's bindings (a one-row ``VALUES``);
+2. makes the output elements of what it constructs, linked to the match's constituents (rules/event_outputs.py),
+   with their derivation depth: a match whose derived event would be deeper than ``depth=`` is not emitted, which
+   bounds a rule that feeds its own input (rules/graph.py allows cycles of event rules only);
+3. appends them to the rule's output stream with the origin ``NAME/match/RULE-DIGEST/MATCH-DIGEST/POSITION``.
 
 Exactly once: the matcher's state (``EventMatcher.state``: consumed and emitted events, windows) is saved with the
 last element it covers in ``<data>/rules/events/NAME.json``, always *after* the outputs of those elements are
@@ -30,20 +29,20 @@ import json
 import logging
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyoxigraph import DefaultGraph, Literal, NamedNode, Quad, RdfFormat, parse
+from pyoxigraph import RdfFormat, parse
 
 from engine.context import QueryTarget
-from engine.events import element_solutions, filter_function
-from engine.results import ConstructedQuads, ConstructedTriples
+from engine.events import element_depth, element_solutions, filter_function
 from rules.errors import RuleRejected
+from rules.event_outputs import derived_elements, derived_links, match_digest
 from rules.event_spec import event_rule_spec
 from rules.model import Rule
 from rules.outputs import append_once
 from sparql_ext import Event, EventMatcher, Match
+from sparql_ext.event_schedule import EvaluationTimes, parse_depth, parse_evaluation_times, parse_replay_start
 from sparql_ext.events import EventOrderError, EventStateError
 from sparql_ext.windowing import ListIndex, format_micros
 from store.durable import now_micros, write_json
@@ -55,13 +54,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PROV_WAS_DERIVED_FROM = "http://www.w3.org/ns/prov#wasDerivedFrom"
-EVENT_NAMESPACE = "urn:x-concentrator:event#"  # ev:start, ev:end, ev:rule of a derived event
-_XSD_DATETIME = NamedNode("http://www.w3.org/2001/XMLSchema#dateTime")
 STATE_FORMAT = "event-rule/1"
 BATCH = 1_000  # elements matched between two commits of outputs (and state saves)
 STATE_SAVE_SECONDS = 1.0  # a saved state at most this old: a crash replays at most this much (exactly once anyway)
 LOG_KEEP = 20
+DEPTHS_KEPT = 10_000  # derivation depths of derived elements remembered (read again from the element when forgotten)
 
 
 def _encode(term: Any) -> str:
@@ -71,13 +68,6 @@ def _encode(term: Any) -> str:
 def _decode(text: str) -> Any:
     [triple] = parse(f"<urn:x:s> <urn:x:p> {text} .".encode(), RdfFormat.N_TRIPLES, rename_blank_nodes=False)
     return triple.object
-
-
-def match_digest(match: Match) -> str:
-    """A match's identity as text (two matches are the same when bindings, interval and elements are)."""
-    identity = [match.start, match.end, [list(element) for element in match.elements],
-                sorted([name, str(value)] for name, value in match.bindings.items())]
-    return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:32]
 
 
 class EventRuleWorker:
@@ -92,7 +82,16 @@ class EventRuleWorker:
         assert spec is not None, "an event rule has a MATCH clause"
         self.spec = spec
         self.path = directory / f"{rule.name}.json"
-        self.digest = hashlib.sha256(f"{rule.base}\n{rule.text}".encode()).hexdigest()[:16]
+        self.options = rule.event_options
+        identity = f"{rule.base}\n{rule.text}" + (f"\n{json.dumps(self.options)}" if any(self.options) else "")
+        self.digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
+        # RSEP-QL's evaluation times (evaluate=), None: at every element (content change)
+        self.schedule: EvaluationTimes | None = parse_evaluation_times(rule.evaluate) if rule.evaluate else None
+        self.evaluated: int | None = None  # the latest evaluation time of the schedule
+        self.depth_bound = parse_depth(str(rule.depth) if rule.depth else None)
+        self.stopped = 0  # matches not emitted: their derived event would be deeper than depth_bound
+        self._depths: dict[tuple[str | None, int], int] = {}
+        self._derived: set[str] = set()  # the streams event rules output (their elements have a depth)
         self._events_of: dict[str, list[Event]] = {iri: [] for iri in spec.streams}
         for event in spec.clause.events:
             self._events_of[event.window.stream].append(event)  # type: ignore[index]
@@ -106,6 +105,7 @@ class EventRuleWorker:
         self.stats: dict[str, int] = {}
         self.matcher, self.processed = self._load()
         self.covered = dict(self.processed)  # the last element of each stream whose outputs are committed
+        self.covered_at: int | None = self.evaluated  # the same for the evaluation times
         self._thread = threading.Thread(target=self._run, name=f"event-rule-{rule.name}", daemon=True)
 
     # -- state -------------------------------------------------------------------------------------------------
@@ -121,6 +121,8 @@ class EventRuleWorker:
                     matcher = EventMatcher.from_state(self.spec.clause, data["matcher"], decode=_decode,
                                                       filter=self._filter)
                     self.matches = int(data.get("matches", 0))
+                    self.stopped = int(data.get("stopped", 0))
+                    self.evaluated = None if data.get("evaluated") is None else int(data["evaluated"])
                     self.stats = matcher.stats()
                     return matcher, {iri: int(data["processed"][iri]) for iri in self.spec.streams}
             except (EventStateError, KeyError, TypeError, ValueError) as error:
@@ -130,17 +132,29 @@ class EventRuleWorker:
             stream = self.catalog.find(self.spec.streams.get(iri or "", ""))
             return stream if stream is not None else ListIndex(())
         matcher = EventMatcher(self.spec.clause, index_of=index_of, filter=self._filter)
-        processed = {iri: stream.head() if (stream := self.catalog.find(name)) is not None else 0
+        processed = {iri: self._start(stream) if (stream := self.catalog.find(name)) is not None else 0
                      for iri, name in self.spec.streams.items()}
+        self.evaluated = None
         self.matcher, self.processed = matcher, processed
         self._save(force=True)
         return matcher, processed
+
+    def _start(self, stream: Stream) -> int:
+        """The last element of ``stream`` a new rule does not match: its HEAD, or the one before ``from=``."""
+        if self.options[1] is None:
+            return stream.head()
+        ordinal, at = parse_replay_start(self.options[1])
+        if at is not None:
+            first = stream.first_at_or_after(at)
+            return first.ordinal - 1 if first is not None else stream.head()
+        return min(ordinal - 1, stream.head())
 
     def _save(self, *, force: bool = False) -> None:
         if not force and time.monotonic() - self._saved_at < STATE_SAVE_SECONDS:
             return
         write_json(self.path, {"format": STATE_FORMAT, "rule": self.name, "digest": self.digest,
-                               "processed": self.processed, "matches": self.matches,
+                               "processed": self.processed, "matches": self.matches, "stopped": self.stopped,
+                               "evaluated": self.evaluated,
                                "matcher": self.matcher.state(_encode)})
         self._saved_at = time.monotonic()
 
@@ -179,7 +193,7 @@ class EventRuleWorker:
                 self._report(f"{type(error).__name__}: {error} (retried from the last saved state)")
                 with self._busy:  # the matcher went past outputs that were not committed: back to the saved state,
                     self.matcher, self.processed = self._load()  # whose replay finds committed outputs by origin
-                    self.covered = dict(self.processed)
+                    self.covered, self.covered_at = dict(self.processed), self.evaluated
             self._wake.wait(1.0)  # a stream recreated under the same name has no listener yet: look again soon
 
     def _subscribe(self) -> None:
@@ -195,9 +209,23 @@ class EventRuleWorker:
         """Match every committed element not matched yet; returns the new matches."""
         found = 0
         with self._busy:
-            while not self._stopping.is_set() and (pending := self._pending()):
-                found += self._batch(pending)
+            while not self._stopping.is_set():
+                due = self._due()  # read before _pending: every element committed by then is in it
+                pending = self._pending()
+                if not pending and due is None:
+                    break
+                found += self._batch(pending, None if pending else due)
         return found
+
+    def _due(self) -> int | None:
+        """With evaluation times: the rule's stream time (the latest element or punctuation of its streams) when an
+        evaluation time not evaluated yet is before it; else None."""
+        if self.schedule is None or self.evaluated is None:  # no evaluation times, or no element yet
+            return None
+        watermark = max((stream.stream_time for name in set(self.spec.streams.values())
+                         if (stream := self.catalog.find(name)) is not None and stream.stream_time is not None),
+                        default=self.evaluated)
+        return watermark if next(self.schedule.between(self.evaluated, watermark), None) is not None else None
 
     def _pending(self) -> list[tuple[int, int, int, str]]:
         """(time, stream position, ordinal, stream IRI) of the next committed elements, in time order."""
@@ -214,11 +242,13 @@ class EventRuleWorker:
         found.sort()
         return found[:BATCH]  # the BATCH earliest of the streams' first BATCH each: none is missing before them
 
-    def _batch(self, pending: list[tuple[int, int, int, str]]) -> int:
+    def _batch(self, pending: list[tuple[int, int, int, str]], watermark: int | None = None) -> int:
+        """Match ``pending`` (and evaluate at the evaluation times before ``watermark``); commit, save the state."""
         rule = self.registry.find(self.name)
         if rule is None or rule.text != self.text:
             self._stopping.set()  # replaced or deleted: the registry's listener stops this worker
             return 0
+        self._derived = {other.output for other in self.registry.rules() if other.events}
         made: list[tuple[ParsedElement, int]] = []  # output elements, with the commit time of their last element
         matches: list[str] = []
         for at, _, ordinal, iri in pending:
@@ -232,21 +262,14 @@ class EventRuleWorker:
                 self._report(f"{self.spec.streams[iri]} element {ordinal}: {type(error).__name__}: {error}")
                 solutions = {}
             try:
-                new = self.matcher.arrive(ordinal, at, solutions, stream=iri)
+                new = self._feed(ordinal, at, solutions, iri)
             except EventOrderError as error:
                 self._report(f"{self.spec.streams[iri]} element {ordinal} skipped: {error}")
                 continue
             record = stream.record(ordinal)
-            for match in new:
-                origin = f"{self.name}/match/{self.digest}/{match_digest(match)}"
-                matches.append(origin)
-                try:
-                    made += [(element, record.commit if record else now_micros())
-                             for element in self._outputs(rule, match, origin)]
-                except Exception as error:  # noqa: BLE001 - one match's failure is reported; the others go on
-                    rule.status.failures += 1
-                    rule.status.last_error = f"{type(error).__name__}: {error}"
-                    self._report(f"match {origin}: {rule.status.last_error}")
+            self._emit(rule, new, record.commit if record else now_micros(), made, matches)
+        if watermark is not None:
+            self._emit(rule, self._evaluations_before(watermark), now_micros(), made, matches)
         appended = self._append(rule, made)
         # a match counts once: not when a replay after a crash finds all its outputs already appended
         replayed = {origin for origin in matches if origin not in appended
@@ -254,54 +277,82 @@ class EventRuleWorker:
         new_matches = len(matches) - len(replayed)
         self.matches += new_matches
         rule.status.firings += new_matches
-        rule.status.last_window = f"{self.spec.streams[pending[-1][3]]} element {pending[-1][2]}"
+        if pending:
+            rule.status.last_window = f"{self.spec.streams[pending[-1][3]]} element {pending[-1][2]}"
+        elif self.evaluated is not None:
+            rule.status.last_window = f"evaluation at {format_micros(self.evaluated)}"
         self.stats = self.matcher.stats()
-        self.covered = dict(self.processed)
+        self.covered, self.covered_at = dict(self.processed), self.evaluated
         self._save()  # after the outputs: a crash before it replays these elements, their outputs found by origin
         self.registry.save_status(rule)
         return new_matches
+
+    def _feed(self, ordinal: int, at: int, solutions: dict[int, list[dict[str, Any]]], iri: str) -> list[Match]:
+        """Add an element to the matcher; the new matches: at its time (content change), or, with evaluation
+        times, at those before it (every element at an evaluation time is in before it is evaluated)."""
+        if self.schedule is None:
+            return self.matcher.arrive(ordinal, at, solutions, stream=iri)
+        if self.evaluated is None:  # before the rule's first element there is nothing to evaluate
+            self.evaluated = self.schedule.skipped_before(at)
+        new = self._evaluations_before(at)
+        self.matcher.add(ordinal, at, solutions, stream=iri)
+        return new
+
+    def _evaluations_before(self, before: int) -> list[Match]:
+        """Evaluate at each evaluation time after the latest one and before ``before`` (RSEP-QL's evaluations at
+        chosen times: consumption carries from one to the next in the matcher)."""
+        assert self.schedule is not None and self.evaluated is not None
+        new: list[Match] = []
+        for t in self.schedule.between(self.evaluated, before):
+            new += self.matcher.evaluate(t)
+            self.evaluated = t
+        return new
+
+    def _emit(self, rule: Rule, new: list[Match], commit: int, made: list[tuple[ParsedElement, int]],
+              matches: list[str]) -> None:
+        """The output elements of ``new`` matches into ``made`` (their origins into ``matches``); a match whose
+        derived event would be deeper than the bound is not emitted (recursion stops there)."""
+        for match in new:
+            origin = f"{self.name}/match/{self.digest}/{match_digest(match)}"
+            # one more than the deepest element it was matched from (0 for an element no event rule derived)
+            depth = 1 + max((self._depth(element.stream, element.ordinal) for element in match.elements), default=0)
+            if depth > self.depth_bound:
+                self.stopped += 1
+                self._report(f"match {origin} not emitted: its derived event would be at depth {depth}, past the "
+                             f"bound {self.depth_bound} (depth=)")
+                continue
+            matches.append(origin)
+            try:
+                made += [(element, commit) for element in self._outputs(rule, match, origin, depth)]
+            except Exception as error:  # noqa: BLE001 - one match's failure is reported; the others go on
+                rule.status.failures += 1
+                rule.status.last_error = f"{type(error).__name__}: {error}"
+                self._report(f"match {origin}: {rule.status.last_error}")
+
+    def _depth(self, iri: str | None, ordinal: int) -> int:
+        """The derivation depth of an element (its ``ev:depth``; 0 when no event rule derived it: only the elements of
+        a stream an event rule outputs are read for it)."""
+        name = self.spec.streams.get(iri or "", "")
+        if (iri, ordinal) not in self._depths and name in self._derived:
+            stream = self.catalog.find(name)
+            if len(self._depths) >= DEPTHS_KEPT:
+                self._depths.clear()
+            self._depths[(iri, ordinal)] = element_depth(stream, ordinal) if stream is not None else 0
+        return self._depths.get((iri, ordinal), 0)
 
     def _solutions(self, stream: Stream, ordinal: int, at: int, iri: str) -> dict[int, list[dict[str, Any]]]:
         """The solutions of each EVENT over ``iri`` on the element: its P over the element's graph (RSEP-QL Eq. 4)."""
         return element_solutions(stream, ordinal, at, self._events_of[iri], self.base)
 
-    def _outputs(self, rule: Rule, match: Match, origin: str) -> list[ParsedElement]:
+    def _outputs(self, rule: Rule, match: Match, origin: str, depth: int) -> list[ParsedElement]:
         """The output elements of one match: what the rule constructs for its bindings, with the derived event's
         links to its constituents."""
         result = self.evaluator.query(self.spec.construct_text(match.bindings), QueryTarget(base_iri=rule.base))
-        graphs: dict[Any, list[Quad]] = {}
-        if isinstance(result, ConstructedTriples):
-            if result:
-                graph = NamedNode(f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, origin)}")
-                graphs[graph] = [Quad(t.subject, t.predicate, t.object, graph) for t in result]
-        elif isinstance(result, ConstructedQuads):
-            for quad in result:
-                if not isinstance(quad.graph_name, DefaultGraph):  # the default graph is the stream's timestamps
-                    graphs.setdefault(quad.graph_name, []).append(quad)
-        else:
-            raise RuleRejected("a rule must be a CONSTRUCT query")
-        return [ParsedElement(graph, quads + self._links(rule, graph, match), match.end,
-                              origin=f"{origin}/{position}")
-                for position, (graph, quads) in enumerate(graphs.items())]
 
-    def _links(self, rule: Rule, graph: Any, match: Match) -> list[Quad]:
-        """DM10: the derived event (graph ``graph``) points back to the elements it was matched from."""
-        links = [Quad(graph, NamedNode(f"{EVENT_NAMESPACE}start"), Literal(format_micros(match.start),
-                                                                           datatype=_XSD_DATETIME), graph),
-                 Quad(graph, NamedNode(f"{EVENT_NAMESPACE}end"), Literal(format_micros(match.end),
-                                                                         datatype=_XSD_DATETIME), graph),
-                 Quad(graph, NamedNode(f"{EVENT_NAMESPACE}rule"), NamedNode(f"{rule.base}/rules/{rule.name}"), graph)]
-        for element in match.elements:
-            stream = self.catalog.find(self.spec.streams.get(element.stream or "", ""))
-            name = stream.graph_of(element.ordinal) if stream is not None else None
-            if name is not None and name.startswith("<"):
-                constituent = NamedNode(name[1:-1])
-            elif stream is not None:  # a blank node graph name means nothing outside its element: its revision id
-                constituent = NamedNode(f"urn:uuid:{stream.uuid_of(element.ordinal)}")
-            else:
-                continue
-            links.append(Quad(graph, NamedNode(PROV_WAS_DERIVED_FROM), constituent, graph))
-        return links
+        def stream_of(iri: str | None) -> Stream | None:
+            return self.catalog.find(self.spec.streams.get(iri or "", ""))
+        return derived_elements(result, origin, match, derived_links(f"{rule.base}/rules/{rule.name}", match, depth,
+                                                                     stream_of))
 
     def _append(self, rule: Rule, made: list[tuple[ParsedElement, int]]) -> set[str]:
         """Append what the batch's matches made (less what a run before a crash appended); the origins (less the
@@ -333,7 +384,11 @@ class EventRuleWorker:
         for iri, name in self.spec.streams.items():
             processed[name] = min(processed.get(name, covered[iri]), covered[iri])
         return {"streams": sorted(set(self.spec.streams.values())), "processed": processed, "matches": self.matches,
-                "consumption": self.spec.clause.consumption.value.lower(), "state": dict(self.stats)}
+                "consumption": self.spec.clause.consumption.value.lower(), "state": dict(self.stats),
+                "evaluate": self.options[0], "from": self.options[1],
+                "evaluated": format_micros(at) if self.schedule is not None and (at := self.covered_at) is not None
+                and at >= self.schedule.start else None,
+                "depth": {"bound": self.depth_bound, "stopped": self.stopped}}
 
 
 class EventRules:
@@ -357,7 +412,8 @@ class EventRules:
             rules = {rule.name: rule for rule in self.registry.rules() if rule.events}
             for name, worker in list(self._workers.items()):
                 rule = rules.get(name)
-                if rule is None or (rule.text, rule.base) != (worker.text, worker.base):
+                if rule is None or (rule.text, rule.base, rule.event_options) != (worker.text, worker.base,
+                                                                                    worker.options):
                     worker.stop()
                     worker.forget()
                     del self._workers[name]

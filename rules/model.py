@@ -52,6 +52,15 @@ class Rule:
     # every successful firing's latency in seconds, since start-up (not saved: /metrics counts from start-up)
     latency: Histogram = field(default_factory=Histogram, compare=False)
     events: list[str] = field(default_factory=list)  # streams its EVENTs read: an event rule (rules/event_rules.py)
+    # an event rule's options (sparql_ext.event_schedule): its evaluation times, where its matching starts, the
+    # depth bound of its recursion; None: at every element, after the HEAD of registration, the default bound
+    evaluate: str | None = None
+    replay_from: str | None = None
+    depth: int | None = None
+
+    @property
+    def event_options(self) -> tuple[str | None, str | None, int | None]:
+        return self.evaluate, self.replay_from, self.depth
 
     def to_json(self) -> dict[str, object]:
         # fired is copied: firing threads add marks while another thread saves (dict() copies atomically); the
@@ -59,14 +68,15 @@ class Rule:
         return {"name": self.name, "output": self.output, "base": self.base, "discovers": self.discovers,
                 "report": self.report, "operator": self.operator, "fired": dict(self.fired), "publish": self.publish,
                 "inputs": [dict(vars(i)) for i in self.inputs], "status": status_json(self.status),
-                "events": self.events}
+                "events": self.events, "evaluate": self.evaluate, "from": self.replay_from, "depth": self.depth}
 
     @classmethod
     def from_json(cls, text: str, data: dict) -> Rule:  # type: ignore[type-arg]
         return cls(data["name"], text, data["output"], data["base"], [RuleInput(**i) for i in data["inputs"]],
                    RuleStatus(**data.get("status", {})), data.get("discovers", False), data.get("report"),
                    data.get("operator"), dict(data.get("fired", {})), data.get("publish"),
-                   events=list(data.get("events", [])))
+                   events=list(data.get("events", [])), evaluate=data.get("evaluate"),
+                   replay_from=data.get("from"), depth=data.get("depth"))
 
     @property
     def report_spec(self) -> ReportSpec:

@@ -42,6 +42,7 @@ from rules.graph import RuleGraph
 from rules.journal import RuleJournal
 from rules.model import Rule, RuleInput, RuleStatus
 from sparql_ext.errors import ConcentratorError, ReportSyntaxError
+from sparql_ext.event_schedule import parse_depth, parse_evaluation_times, parse_replay_start
 from sparql_ext.histogram import Histogram
 from sparql_ext.reporting import parse_report
 from sparql_ext.windowing import format_micros, resolve
@@ -72,6 +73,10 @@ class RuleSpec:
     report: str | None = None
     operator: str | None = None
     publish: str | None = None
+    # an event rule's options (docs/events.md): evaluate=, from=, depth=
+    evaluate: str | None = None
+    replay_from: str | None = None
+    depth: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,11 +136,14 @@ class RuleRegistry:
         return rule
 
     def put(self, name: str, text: str, output: str, base: str, report: str | None = None,
-            operator: str | None = None, publish: str | None = None) -> tuple[Rule, bool]:
+            operator: str | None = None, publish: str | None = None, *, evaluate: str | None = None,
+            replay_from: str | None = None, depth: str | None = None) -> tuple[Rule, bool]:
         """Register (or replace) a rule; creates the output stream if missing. Returns the rule and whether
-        it is new. ``publish``: an MQTT topic for its output elements (kept here; the MQTT connector publishes).
+        it is new. ``publish``: an MQTT topic for its output elements (kept here; the MQTT connector publishes);
+        ``evaluate``, ``replay_from``, ``depth``: an event rule's options (docs/events.md).
         Raises RuleRejected (400) or RuleCycle (409) before anything is changed."""
-        return self.put_many([RuleSpec(name, text, output, base, report, operator, publish)])[0]
+        return self.put_many([RuleSpec(name, text, output, base, report, operator, publish, evaluate, replay_from,
+                                       depth)])[0]
 
     def put_many(self, specs: Sequence[RuleSpec]) -> list[tuple[Rule, bool]]:
         """Register (or replace) the rules of ``specs``, all or none: each rule and whether it is new, in order.
@@ -164,6 +172,7 @@ class RuleRegistry:
                 raise RuleRejected(str(error)) from None
             evaluator = self.evaluator.with_local_bases([spec.base])
             analysis = analyse_rule(spec.text, spec.base, evaluator)
+            _check_event_options(spec, bool(analysis.events))
             pairs = [*analysis.constant, *discover(analysis, spec.base, evaluator)]
         except ConcentratorError as error:
             # told with the rule's name, with the status the problem has (e.g. 403 for a host off the allowlist)
@@ -174,7 +183,8 @@ class RuleRegistry:
     def _put_checked(self, batch: list[_Checked]) -> list[tuple[Rule, bool]]:
         with self._lock:
             self._refuse_missing_inputs(batch)
-            self._graph.refuse_cycles([(item.spec.name, item.reads, item.output) for item in batch])
+            self._graph.refuse_cycles([(item.spec.name, item.reads, item.output) for item in batch],
+                                      {item.spec.name for item in batch if item.events})
             # nothing is refused any more: change things
             for output in dict.fromkeys(item.output for item in batch):
                 if self.catalog.find(output) is None:
@@ -191,7 +201,9 @@ class RuleRegistry:
                 rule = Rule(spec.name, spec.text, item.output, spec.base.rstrip("/"), inputs,
                             old.status if old else RuleStatus(), discovers=item.discovers, report=spec.report,
                             operator=spec.operator, fired=dict(old.fired) if old else {}, publish=spec.publish,
-                            latency=old.latency if old else Histogram(), events=item.events)
+                            latency=old.latency if old else Histogram(), events=item.events,
+                            evaluate=spec.evaluate or None, replay_from=spec.replay_from or None,
+                            depth=parse_depth(spec.depth) if item.events and spec.depth else None)
                 self._start_after_latest(rule)
                 made.append((rule, old is None))
             self._journal.put(rule for rule, _ in made)  # one durable write for the batch
@@ -387,6 +399,20 @@ class RuleRegistry:
                 errors[refused] = f"{refused}: {error}"
                 del batch[refused]
         return [errors[path] for path in sorted(errors)]
+
+
+def _check_event_options(spec: RuleSpec, is_event_rule: bool) -> None:
+    """``evaluate=``, ``from=`` and ``depth=`` are well formed, and given to an event rule only."""
+    given = [name for name, value in (("evaluate=", spec.evaluate), ("from=", spec.replay_from),
+                                      ("depth=", spec.depth)) if value]
+    if given and not is_event_rule:
+        raise RuleRejected(f"{', '.join(given)}: options of event rules (a CONSTRUCT with MATCH); this rule fires "
+                           "on windows")
+    if spec.evaluate:
+        parse_evaluation_times(spec.evaluate)
+    if spec.replay_from:
+        parse_replay_start(spec.replay_from)
+    parse_depth(spec.depth)
 
 
 def _kept(inputs: list[RuleInput], stream: str, ref: str, catalog: StreamCatalog) -> RuleInput | None:

@@ -26,12 +26,15 @@ from sparql_ext.events import (
     EventWindow,
     Filtered,
     First,
+    Join,
     Last,
+    LeftJoin,
     Match,
     MatchClause,
     OptionalSeq,
     Selection,
     Seq,
+    Union,
 )
 from sparql_ext.extended import (
     PLACEHOLDER,
@@ -80,6 +83,6 @@ __all__ = [
     "ReportPolicy", "ReportSpec", "ReportSyntaxError", "Reporter", "StreamOperator", "parse_report",
     "PLACEHOLDER", "THEN_FUNCTION", "ExtendedQuery", "ExtensionPart", "QuadTemplate", "parse_extended",
     "Consumption", "ElementRef", "Equals", "EqualsOptional", "Event", "EventFilter", "EventMatcher", "EventOrderError",
-    "EventPattern", "EventPatternError", "EventQuery", "EventStateError", "EventWindow", "Filtered", "First", "Last",
-    "Match", "MatchClause", "OptionalSeq", "Selection", "Seq", "parse_events",
+    "EventPattern", "EventPatternError", "EventQuery", "EventStateError", "EventWindow", "Filtered", "First", "Join",
+    "Last", "LeftJoin", "Match", "MatchClause", "OptionalSeq", "Selection", "Seq", "Union", "parse_events",
 ]

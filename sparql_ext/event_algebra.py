@@ -8,8 +8,9 @@ one time, as ``event_matching.EventMatcher`` runs it. Each method is the transcr
   starts*: the same "before" as SEQ's; the seed leaves ≺ to the application);
 - SEQn (Eq. 9): LAST E1 and LAST E2, joined when the first is ≺ the second; SEQc / SEQr (Eqs. 10–11): the ≺-first
   (≺-last) E2 events that have a partner, each with its FIRST (LAST) partner;
-- EQUALS, OPTIONALSEQ, EQUALSOPTIONAL, FILTER: EP-SPARQL's EqJoin, SeqRightJoin, EqLeftJoin and Filter, the
-  interval of a join being (min of the starts, max of the ends), δ giving the interval functions their values.
+- EQUALS, OPTIONALSEQ, EQUALSOPTIONAL, AND, UNION, OPTIONAL, FILTER: EP-SPARQL's EqJoin, SeqRightJoin, EqLeftJoin,
+  Join, Union, LeftJoin and Filter, the interval of a join being (min of the starts, max of the ends), δ giving the
+  interval functions their values.
 
 ``Mode.NEW`` asks only for the events that use at least one basic event newer than the previous evaluation's window
 (semi-naive evaluation of the monotone operators, see ``events.is_monotone``).
@@ -32,11 +33,14 @@ from sparql_ext.events import (
     Filtered,
     FilterFunction,
     First,
+    Join,
     Last,
+    LeftJoin,
     OptionalSeq,
     Selection,
     Seq,
     Term,
+    Union,
     basic_events,
     is_monotone,
 )
@@ -49,6 +53,14 @@ class Mode(Enum):
     ALL = "all"
     NEW = "new"  # using at least one event that entered its window since the previous evaluation
     OLD = "old"  # using none
+
+
+class Partner(Enum):
+    """Where an optional join's partner lies relative to the mandatory event (seed 000's three optional joins)."""
+
+    EQUAL = "equal"  # EqLeftJoin: on the same interval
+    BEFORE = "before"  # SeqRightJoin: ends before the mandatory event starts
+    UNTIL = "until"  # LeftJoin: ends no later than the mandatory event ends (timewise monotonicity)
 
 
 class BasicEvent:
@@ -163,6 +175,10 @@ class Evaluation:
                 return self._seq(node, lo, hi, ctx, mode)
             case Equals():
                 return self._equals(node, lo, hi, ctx, mode)
+            case Join():
+                return self._join(node, lo, hi, ctx, mode)
+            case Union(left=left, right=right):
+                return self.events(left, lo, hi, ctx, mode) + self.events(right, lo, hi, ctx, mode)
         return [ev for ev in self._selective(node, hi, ctx) if ev.start >= lo]
 
     def _basic(self, node: Event, lo: int, hi: int, ctx: Bindings, mode: Mode) -> list[EventMapping]:
@@ -203,6 +219,25 @@ class Evaluation:
                         if (right.start, right.end) == (left.start, left.end)]
         return out
 
+    def _join(self, node: Join, lo: int, hi: int, ctx: Bindings, mode: Mode) -> list[EventMapping]:
+        """EP-SPARQL's Join: no order in time, so the events of one side (the new ones, semi-naively: new E1 ⋈ E2 ∪
+        new E2 ⋈ old E1) are the outer loop and their partners are looked up with their bindings substituted, never
+        scanned. A side that selects among events (FIRST, SEQc, …) is evaluated once, without them: its answer is not
+        the same under substitution."""
+        sides = [(node.left, Mode.NEW, node.right, Mode.ALL), (node.right, Mode.NEW, node.left, Mode.OLD)] \
+            if mode is Mode.NEW else [(node.left, mode, node.right, mode)]
+        out = []
+        for outer, outer_mode, inner, inner_mode in sides:
+            if is_monotone(inner):
+                for one in self.events(outer, lo, hi, ctx, outer_mode):
+                    out += [combine(one, two)
+                            for two in self.events(inner, lo, hi, {**ctx, **one.bindings}, inner_mode)]
+                continue
+            others = self.events(inner, lo, hi, ctx, inner_mode)
+            out += [combine(one, two) for one in self.events(outer, lo, hi, ctx, outer_mode) for two in others
+                    if compatible(two.bindings, one.bindings)]
+        return out
+
     def _selective(self, node: EventPattern, hi: int, ctx: Bindings) -> list[EventMapping]:
         """The operators that select among events, evaluated whole over the live events."""
         match node:
@@ -217,9 +252,11 @@ class Evaluation:
             case Seq():
                 return self._policy_seq(node, hi, ctx)
             case OptionalSeq(optional=optional, mandatory=mandatory, condition=condition):
-                return self._optional(mandatory, optional, condition, hi, ctx, equal=False)
+                return self._optional(mandatory, optional, condition, hi, ctx, Partner.BEFORE)
             case EqualsOptional(mandatory=mandatory, optional=optional, condition=condition):
-                return self._optional(mandatory, optional, condition, hi, ctx, equal=True)
+                return self._optional(mandatory, optional, condition, hi, ctx, Partner.EQUAL)
+            case LeftJoin(mandatory=mandatory, optional=optional, condition=condition):
+                return self._optional(mandatory, optional, condition, hi, ctx, Partner.UNTIL)
         raise TypeError(f"not an event pattern: {node!r}")
 
     def _policy_seq(self, node: Seq, hi: int, ctx: Bindings) -> list[EventMapping]:
@@ -287,15 +324,16 @@ class Evaluation:
         return True
 
     def _optional(self, mandatory: EventPattern, optional: EventPattern, condition: tuple[EventFilter, ...],
-                  hi: int, ctx: Bindings, *, equal: bool) -> list[EventMapping]:
-        """EqLeftJoin (``equal``: same interval) or SeqRightJoin (the optional event ends before the mandatory one
-        starts): each mandatory event joined with its optional partners that satisfy the condition, else alone."""
+                  hi: int, ctx: Bindings, partner: Partner) -> list[EventMapping]:
+        """EqLeftJoin, SeqRightJoin or LeftJoin (``partner``: where the optional event lies): each mandatory event
+        joined with its optional partners that satisfy the condition, else alone."""
         out = []
         for kept in self.events(mandatory, LOW, hi, ctx, Mode.ALL):
-            low, high = (kept.start, kept.end) if equal else (LOW, kept.start - 1)
+            low, high = {Partner.EQUAL: (kept.start, kept.end), Partner.BEFORE: (LOW, kept.start - 1),
+                         Partner.UNTIL: (LOW, kept.end)}[partner]
             joined = [combine(other, kept) for other in self.events(optional, low, high, {**ctx, **kept.bindings},
                                                                     Mode.ALL)
-                      if not equal or (other.start, other.end) == (kept.start, kept.end)]
+                      if partner is not Partner.EQUAL or (other.start, other.end) == (kept.start, kept.end)]
             joined = [ev for ev in joined if self._holds(condition, ev)]
             out += joined or [kept]
         return out

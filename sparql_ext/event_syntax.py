@@ -1,17 +1,21 @@
 """Event patterns in extended SPARQL (docs/events.md): the MATCH clauses of a query, parsed into
 ``sparql_ext.events`` patterns and cut out of the query text. Keywords are case-insensitive (RSEP-QL's ``SEQc``
-is ``SEQC``); operators are left-associative and of one precedence, FIRST and LAST bind tighter, braces group::
+is ``SEQC``); operators are left-associative and of one precedence, FIRST and LAST bind tighter, braces group; two
+patterns side by side are joined, as ``AND``::
 
     EventGraphPattern ::= 'MATCH' ( 'CONSUME' ( 'UNRESTRICTED' | 'CHRONOLOGICAL' | 'RECENT' ) )? EventGroup
     EventGroup        ::= '{' EventExpression Filter* '}'
-    EventExpression   ::= EventUnary ( EventOperator EventUnary )*
+    EventExpression   ::= EventUnary ( EventOperator? EventUnary )*
     EventOperator     ::= 'SEQ' | 'SEQC' | 'SEQR' | 'SEQN' | 'EQUALS' | 'OPTIONALSEQ' | 'EQUALSOPTIONAL'
+                        | 'AND' | 'UNION' | 'OPTIONAL'
     EventUnary        ::= ( 'FIRST' | 'LAST' ) EventUnary | BasicEventPattern | EventGroup
     BasicEventPattern ::= 'EVENT' ( iri ( 'WINDOWS' WindowRef )* | ( 'WINDOWS' WindowRef )+ ) GroupGraphPattern
 
 A FILTER of a group applies to the group's events, with getDURATION(), getSTARTTIME() and getENDTIME() on each
-event's interval; on the optional side of OPTIONALSEQ / EQUALSOPTIONAL the group's FILTERs are the join's condition
-(as SPARQL's ``OPTIONAL { P FILTER F }`` is LeftJoin(…, P, F)). Like ``extended``, only the tokenizer is used, and
+event's interval; on the optional side of OPTIONALSEQ / EQUALSOPTIONAL / OPTIONAL the group's FILTERs are the join's
+condition (as SPARQL's ``OPTIONAL { P FILTER F }`` is LeftJoin(…, P, F)). An EVENT without a stream IRI inside
+``SERVICE <stream IRI> { … }`` reads that stream (and, when the IRI has ``?WINDOWS=A``, A's window, nested as
+``EVENT <stream?WINDOWS=A> WINDOWS …``). Like ``extended``, only the tokenizer is used, and
 every error is a ``QuerySyntaxError`` at the line and column of the user's text.
 """
 
@@ -34,11 +38,14 @@ from sparql_ext.events import (
     EventWindow,
     Filtered,
     First,
+    Join,
     Last,
+    LeftJoin,
     MatchClause,
     OptionalSeq,
     Selection,
     Seq,
+    Union,
 )
 from sparql_ext.extended import PLACEHOLDER
 from sparql_ext.iris import resolve_iri
@@ -47,7 +54,7 @@ from sparql_ext.parsing import Edit, Rewritten
 from sparql_ext.windowed import windowed_params
 from sparql_ext.windowref import WindowRef, parse_window_ref
 
-_OPERATORS = ("SEQ", "SEQC", "SEQR", "SEQN", "EQUALS", "OPTIONALSEQ", "EQUALSOPTIONAL")
+_OPERATORS = ("SEQ", "SEQC", "SEQR", "SEQN", "EQUALS", "OPTIONALSEQ", "EQUALSOPTIONAL", "AND", "UNION", "OPTIONAL")
 _STARTS = "an event pattern (EVENT, FIRST, LAST or '{')"
 
 
@@ -82,18 +89,21 @@ def parse_events(text: str, base_iri: str | None = None) -> EventQuery:
     clauses: list[MatchClause] = []
     chunks: list[str] = []
     edits: list[Edit] = []
-    position = length = depth = 0
+    position = length = 0
+    services: list[int | None] = []  # per open brace: the token of the innermost enclosing SERVICE's target
+    service_at: dict[int, int] = parser.services(i)
     while i < len(tokens):
         tok = tokens[i]
         if parser.is_punct(i, "{"):
-            depth += 1
+            services.append(service_at.get(i, services[-1] if services else None))
         elif parser.is_punct(i, "}"):
-            depth -= 1
+            services.pop()
         elif tok.is_keyword("EVENT"):
             raise QuerySyntaxError("EVENT must be inside MATCH { … }", text, tok.start)
         elif tok.is_keyword("MATCH"):
-            if depth == 0:
+            if not services:
                 raise QuerySyntaxError("MATCH must be inside a group pattern", text, tok.start)
+            parser.service = services[-1]
             clause, close = parser.clause(i, len(clauses))
             chunks.append(text[position : tok.start])
             length += tok.start - position
@@ -135,6 +145,17 @@ class _Parser:
         self.prefixes: dict[str, str] = {}
         self.prologue_text = ""
         self.events: list[Event] = []
+        self.service: int | None = None  # the token of the SERVICE target the MATCH being parsed is inside
+
+    def services(self, i: int) -> dict[int, int]:
+        """The '{' of each ``SERVICE [SILENT] target { … }`` from token ``i`` on, mapped to its target's token."""
+        found: dict[int, int] = {}
+        for k in range(i, len(self.tokens)):
+            if self.tokens[k].is_keyword("SERVICE"):
+                target = k + 2 if self.keyword(k + 1, "SILENT") else k + 1
+                if self.is_punct(target + 1, "{"):
+                    found[target + 1] = target
+        return found
 
     def fail(self, message: str, index: int) -> QuerySyntaxError:
         offset = self.tokens[index].start if index < len(self.tokens) else len(self.text)
@@ -197,9 +218,14 @@ class _Parser:
 
     def expression(self, k: int, hi: int) -> tuple[EventPattern, int]:
         left, k = self.unary(k, hi)
-        while k < hi and self.keyword(k, *_OPERATORS):
-            operator = self.tokens[k].text.upper()
-            right, k = self.unary(k + 1, hi)
+        while k < hi:
+            if self.keyword(k, *_OPERATORS):
+                operator, k = self.tokens[k].text.upper(), k + 1
+            elif self.keyword(k, "EVENT", "FIRST", "LAST") or self.is_punct(k, "{"):
+                operator = "AND"  # side by side: EP-SPARQL's Join, as juxtaposition is in SPARQL
+            else:
+                break
+            right, k = self.unary(k, hi)
             left = _combine(operator, left, right)
         return left, k
 
@@ -223,6 +249,13 @@ class _Parser:
             stream, inner = self.window_iri(k)
             refs += inner
             k += 1
+        elif self.service is not None and (self.keyword(k, "WINDOWS") or self.is_punct(k, "{")):
+            # inside SERVICE: the SERVICE's stream, and its window
+            if tokens[self.service].kind is Kind.VAR:
+                raise self.fail(f"inside SERVICE {tokens[self.service].text} an EVENT cannot know its stream before "
+                                "the query runs: name it, EVENT <streams/NAME?WINDOWS=…> { … }", i)
+            stream, inner = self.window_iri(self.service)
+            refs += inner
         while self.keyword(k, "WINDOWS"):
             end = k + 1
             while end < hi and not (self.keyword(end, "WINDOWS") or self.is_punct(end, "{")):
@@ -231,7 +264,7 @@ class _Parser:
                 raise self.fail("WINDOWS needs a WindowRef", end)
             refs.append(self.window_ref(self.text[tokens[k + 1].start : tokens[end - 1].end], k + 1))
             k = end
-        if k == i + 1 or not self.is_punct(k, "{"):
+        if (k == i + 1 and stream is None) or not self.is_punct(k, "{"):
             raise self.fail("EVENT needs a stream IRI or WINDOWS, and a group pattern: EVENT <stream?WINDOWS=…> { P }",
                             i if k == i + 1 else k)
         close = self.pairs[k]
@@ -310,6 +343,14 @@ def _combine(operator: str, left: EventPattern, right: EventPattern) -> EventPat
         return Seq(left, right, Selection(operator))
     if operator == "EQUALS":
         return Equals(left, right)
+    if operator == "AND":
+        return Join(left, right)
+    if operator == "UNION":
+        return Union(left, right)
+    if operator == "OPTIONAL":  # the optional side is the right one, as in SPARQL
+        if isinstance(right, Filtered):
+            return LeftJoin(left, right.operand, right.filters)
+        return LeftJoin(left, right)
     if operator == "OPTIONALSEQ":  # the optional side is the left one: its group's FILTERs are the join condition
         if isinstance(left, Filtered):
             return OptionalSeq(left.operand, right, left.filters)

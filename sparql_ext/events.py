@@ -1,8 +1,9 @@
 """Event patterns (docs/events.md): RSEP-QL's EVENT / SEQ / FIRST / LAST / MATCH with selection and consumption
-policies (seed 001 §3.3–4.4) and EP-SPARQL's EQUALS / OPTIONALSEQ / EQUALSOPTIONAL and interval functions
-(seed 000 §3). This module is the abstract syntax and the vocabulary; ``event_syntax`` parses it out of a query,
-``event_windows`` gives each EVENT its window function, ``event_matching`` matches incrementally. Pure: terms are
-opaque hashable values (the engine passes pyoxigraph terms, tests pass strings), times are integer µs.
+policies (seed 001 §3.3–4.4) and EP-SPARQL's EQUALS / OPTIONALSEQ / EQUALSOPTIONAL / AND / UNION / OPTIONAL and
+interval functions (seed 000 §3). This module is the abstract syntax and the vocabulary; ``event_syntax`` parses it
+out of a query, ``event_windows`` gives each EVENT its window function, ``event_matching`` matches incrementally.
+Pure: terms are opaque hashable values (the engine passes pyoxigraph terms, tests pass strings), times are integer
+µs.
 
 How an engine uses the three modules (the integration contract):
 
@@ -239,6 +240,33 @@ class EqualsOptional:
 
 
 @dataclass(frozen=True)
+class Join:
+    """``E1 AND E2`` (or ``E1 E2``, side by side): EP-SPARQL's Join, every compatible pair of events whatever their
+    order in time, on the union of their intervals (earliest start, latest end)."""
+
+    left: EventPattern
+    right: EventPattern
+
+
+@dataclass(frozen=True)
+class Union:
+    """``E1 UNION E2``: EP-SPARQL's Union, the events of either, each on its own interval."""
+
+    left: EventPattern
+    right: EventPattern
+
+
+@dataclass(frozen=True)
+class LeftJoin:
+    """``E1 OPTIONAL E2``: EP-SPARQL's LeftJoin(E1, E2, F): E1 is mandatory, joined with the compatible E2 events that
+    end no later than it ends and satisfy F (the FILTERs of E2's group), or alone if there is none."""
+
+    mandatory: EventPattern
+    optional: EventPattern
+    condition: tuple[EventFilter, ...] = ()
+
+
+@dataclass(frozen=True)
 class Filtered:
     """``{ E FILTER … }``: the events of E for which every filter holds on their bindings and interval."""
 
@@ -246,7 +274,7 @@ class Filtered:
     filters: tuple[EventFilter, ...]
 
 
-EventPattern = Event | Seq | First | Last | Equals | OptionalSeq | EqualsOptional | Filtered
+EventPattern = Event | Seq | First | Last | Equals | OptionalSeq | EqualsOptional | Join | Union | LeftJoin | Filtered
 
 
 def children(pattern: EventPattern) -> tuple[EventPattern, ...]:
@@ -254,11 +282,12 @@ def children(pattern: EventPattern) -> tuple[EventPattern, ...]:
     match pattern:
         case Event():
             return ()
-        case Seq(left=left, right=right) | Equals(left=left, right=right):
+        case Seq(left=left, right=right) | Equals(left=left, right=right) | Join(left=left, right=right) \
+                | Union(left=left, right=right):
             return left, right
         case OptionalSeq(optional=optional, mandatory=mandatory):
             return optional, mandatory
-        case EqualsOptional(mandatory=mandatory, optional=optional):
+        case EqualsOptional(mandatory=mandatory, optional=optional) | LeftJoin(mandatory=mandatory, optional=optional):
             return mandatory, optional
         case First(operand=operand) | Last(operand=operand) | Filtered(operand=operand):
             return (operand,)
@@ -277,16 +306,16 @@ def filters_of(pattern: EventPattern) -> tuple[EventFilter, ...]:
     own: tuple[EventFilter, ...] = ()
     if isinstance(pattern, Filtered):
         own = pattern.filters
-    elif isinstance(pattern, OptionalSeq | EqualsOptional):
+    elif isinstance(pattern, OptionalSeq | EqualsOptional | LeftJoin):
         own = pattern.condition
     return own + tuple(f for child in children(pattern) for f in filters_of(child))
 
 
 def is_monotone(pattern: EventPattern) -> bool:
     """True when every new match must use an element that entered a window since the previous evaluation: EVENT,
-    SEQ (unrestricted), EQUALS and FILTER only. Selections (FIRST, LAST, SEQc/r/n) and the optional joins can
-    change their answer when events leave a window or are consumed, so the matcher re-evaluates those whole."""
-    if isinstance(pattern, First | Last | OptionalSeq | EqualsOptional):
+    SEQ (unrestricted), EQUALS, AND, UNION and FILTER only. Selections (FIRST, LAST, SEQc/r/n) and the optional joins
+    can change their answer when events leave a window or are consumed, so the matcher re-evaluates those whole."""
+    if isinstance(pattern, First | Last | OptionalSeq | EqualsOptional | LeftJoin):
         return False
     if isinstance(pattern, Seq) and pattern.selection is not Selection.UNRESTRICTED:
         return False

@@ -11,7 +11,8 @@ MODULES = ["sparql_ext.errors", "sparql_ext.lexer", "sparql_ext.revision", "spar
            "sparql_ext.windowref", "sparql_ext.windowing", "sparql_ext.window_data", "store.terms", "store.windows",
            "protocol.negotiation",
            "sparql_ext.windowed", "protocol.parameters", "connectors.broker", "connectors.messages",
-           "protocol.stream_params", "sparql_ext.modifiers", "sparql_ext.graph_patch"]
+           "protocol.stream_params", "sparql_ext.modifiers", "sparql_ext.graph_patch",
+           "sparql_ext.event_schedule"]
 
 
 @pytest.mark.parametrize("name", MODULES)

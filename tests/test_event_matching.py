@@ -448,6 +448,151 @@ def test_head_in_a_repeating_window_is_the_head_at_registration() -> None:
     assert found(engine.arrive(3, 9 * S, [("x9", "p", "b")]), "a") == {("x8", 8, 8), ("x9", 9, 9)}
 
 
+# --- combining event patterns: AND, UNION, OPTIONAL, FILTER (seed 000 §3: Join, Union, LeftJoin, Filter) ----------
+
+def test_and_joins_events_whatever_their_order_on_the_union_of_their_intervals() -> None:
+    """EP-SPARQL's Join: compatible events, no order between them, interval (min of starts, max of ends). Seed 001's
+    stream, evaluated at 8 and 10, and a sixth element G6 @11 {a4 p b1} at 11."""
+    engine = Engine(EventMatcher(clause(f"EVENT {W1} {{ ?x :p ?y }} AND EVENT {W2} {{ ?y :q ?z }}")), {0: E1, 1: E2})
+    seq = seed_001("SEQ", "UNRESTRICTED")
+    outputs, in_sequence = {}, {}
+    for ordinal, (time, graph) in [*SEED_001.items(), (6, (11, {("a4", "p", "b1")}))]:
+        for each in (engine, seq):
+            each.add(ordinal, time * S, graph)
+        if time in (8, 10, 11):
+            outputs[time] = found(engine.matcher.evaluate(time * S), "x", "z")
+            in_sequence[time] = found(seq.matcher.evaluate(time * S), "x", "z")
+    # at 8 and 10 every compatible E1 event is before its E2 partner: the join finds e1 e2 e3, then e4, as SEQ does
+    assert outputs[8] == in_sequence[8] == {e1, e2, e3}
+    assert outputs[10] == in_sequence[10] == {e4}
+    # at 11, w2 = (6, 11] holds (b2c2,8) and (b1c1,10); a4 p b1 @11 comes after b1 q c1 @10: the join pairs them on
+    # [10, 11] (its start is the q-event's); SEQ does not (E1 must end before E2 starts)
+    assert outputs[11] == {("a4", "c1", 10, 11)}
+    assert in_sequence[11] == set()
+
+
+def test_union_keeps_each_branch_s_own_interval() -> None:
+    """Union(Ω, Ω'): the events of either, each on its own interval; under a SEQ, either branch can come first."""
+    patterns = {0: ("?m", "alarm", "?k"), 1: ("?m", "fault", "?k"), 2: ("?m", "reset", "?r")}
+    alone = Engine(EventMatcher(clause("EVENT <a> { ?m :alarm ?k } UNION EVENT <a> { ?m :fault ?k }")),
+                   {0: patterns[0], 1: patterns[1]})
+    then = Engine(EventMatcher(clause("{ EVENT <a> { ?m :alarm ?k } UNION EVENT <a> { ?m :fault ?k } } "
+                                      "SEQ EVENT <a> { ?m :reset ?r }")), patterns)
+    stream = [(1, ("m1", "alarm", 1)), (2, ("m2", "fault", 2)), (3, ("m1", "reset", "r")), (4, ("m2", "reset", "r"))]
+    expected_alone = {1: {("m1", 1, 1, 1)}, 2: {("m2", 2, 2, 2)}, 3: set(), 4: set()}
+    # m1's alarm @1 then its reset @3: [1, 3]; m2's fault @2 then its reset @4: [2, 4]
+    expected_then = {1: set(), 2: set(), 3: {("m1", 1, 1, 3)}, 4: {("m2", 2, 2, 4)}}
+    for ordinal, (time, triple) in enumerate(stream, start=1):
+        assert found(alone.arrive(ordinal, time * S, [triple]), "m", "k") == expected_alone[time]
+        assert found(then.arrive(ordinal, time * S, [triple]), "m", "k") == expected_then[time]
+
+
+def test_optional_joins_partners_that_end_no_later_than_the_mandatory_event() -> None:
+    """LeftJoin(Ω, Ω', F): each temperature with the humidities of its room that end no later than it (the same
+    instant included, unlike OPTIONALSEQ) and satisfy the condition; alone when there is none."""
+    engine = rooms("EVENT <t> { ?room :temp ?t } OPTIONAL { EVENT <h> { ?room :hum ?h } FILTER (?h > 55) }")
+    t, h = "http://ex/t", "http://ex/h"
+    arrivals = [(1, h, 1, ("r1", "hum", 60)),
+                (2, t, 1, ("r1", "temp", 20)),  # hum 60 @1 is before: joined on [1, 2]
+                (3, h, 2, ("r1", "hum", 70)),  # after the temperature @2: not its partner, nothing new
+                (4, h, 3, ("r1", "hum", 50)),  # fails the condition
+                (5, t, 2, ("r1", "temp", 21)),  # partners: 60 @1 and 70 @3 (50 @4 fails the condition)
+                (6, t, 3, ("r2", "temp", 22)),  # no humidity for r2: alone
+                (7, h, 4, ("r3", "hum", 80)), (7, t, 4, ("r3", "temp", 23))]  # the same instant: joined
+    expected = {(2, t): {("r1", 20, 60, 1, 2)}, (5, t): {("r1", 21, 60, 1, 5), ("r1", 21, 70, 3, 5)},
+                (6, t): {("r2", 22, None, 6, 6)}, (7, t): {("r3", 23, 80, 7, 7)}}
+    for time, stream, ordinal, triple in arrivals:
+        outputs = engine.arrive(ordinal, time * S, [triple], stream)
+        assert found(outputs, "room", "t", "h") == expected.get((time, stream), set()), (time, stream)
+
+
+def test_a_filter_over_a_join_sees_the_join_s_interval() -> None:
+    """Filter(F, Join(…)): getDURATION() of a temperature and a humidity of one room side by side is the length of
+    the union of their intervals; here at most 2 s."""
+    def within_2s(event_filter: EventFilter, bindings: Mapping[str, object], start: int, end: int) -> bool:
+        assert event_filter.expression == '(getDURATION() <= "PT2S"^^xsd:dayTimeDuration)'
+        return end - start <= 2 * S
+    engine = Engine(EventMatcher(clause("{ EVENT <t> { ?room :temp ?t } EVENT <h> { ?room :hum ?h } } "
+                                        'FILTER (getDURATION() <= "PT2S"^^xsd:dayTimeDuration)'), filter=within_2s),
+                    {0: TEMP, 1: HUM})
+    t, h = "http://ex/t", "http://ex/h"
+    arrivals = [(1, h, 1, ("r1", "hum", 60)), (2, t, 1, ("r1", "temp", 20)), (5, t, 2, ("r1", "temp", 21)),
+                (6, h, 2, ("r1", "hum", 65))]
+    # @2: 60 @1 with 20 @2, [1, 2], 1 s. @5: 60 @1 with 21 @5 lasts 4 s. @6: 65 @6 with 21 @5 on [5, 6]; with 20 @2
+    # it lasts 4 s
+    expected = {2: {("r1", 20, 60, 1, 2)}, 5: set(), 6: {("r1", 21, 65, 5, 6)}}
+    for time, stream, ordinal, triple in arrivals:
+        assert found(engine.arrive(ordinal, time * S, [triple], stream), "room", "t", "h") == expected.get(time, set())
+
+
+def scores(event_filter: EventFilter, bindings: Mapping[str, object], start: int, end: int) -> bool:
+    assert event_filter.expression == "(?score2 < ?score1)"
+    return bindings["score2"] < bindings["score1"]  # type: ignore[operator]
+
+
+def test_seed_000_query_4_temporally_distributed_ratings() -> None:
+    """Query (4): "gathers temporally distributed rating information": a rating's triples (rater, rated, score)
+    arrive at different times, and EP-SPARQL's BGP over them takes (min of their times, max of their times). An EVENT
+    matches one element (RSEP-QL Eq. 4), so the BGP is written as the join of one EVENT per triple, which is the
+    BGP's definition (docs/events.md); then SEQ a later, lower rating by the same agency of the same company."""
+    rating = "{{ EVENT <r> {{ ?{0} :rater ?agency }} EVENT <r> {{ ?{0} :rated ?company }} " \
+             "EVENT <r> {{ ?{0} :score ?{1} }} }}"
+    engine = Engine(EventMatcher(clause(f"{rating.format('rating1', 'score1')} SEQ "
+                                        f"{rating.format('rating2', 'score2')} FILTER (?score2 < ?score1)"),
+                                 filter=scores),
+                    {0: ("?rating1", "rater", "?agency"), 1: ("?rating1", "rated", "?company"),
+                     2: ("?rating1", "score", "?score1"), 3: ("?rating2", "rater", "?agency"),
+                     4: ("?rating2", "rated", "?company"), 5: ("?rating2", "score", "?score2")})
+    stream = [("R1", "rater", "moodys"), ("R1", "rated", "acme"), ("R1", "score", 5),
+              ("R2", "rater", "moodys"), ("R2", "rated", "acme"), ("R2", "score", 3),
+              ("R3", "rater", "moodys"), ("R3", "score", 4), ("R3", "rated", "acme")]
+    # R1 is complete on [1, 3], R2 on [4, 6], R3 on [7, 9] (its triples in another order). At 6: R1 then R2, 3 < 5,
+    # on [1, 6]. At 9: R1 then R3, 4 < 5, on [1, 9]; R2 then R3: 4 is not below 3.
+    expected = {6: {("R1", "R2", 5, 3, 1, 6)}, 9: {("R1", "R3", 5, 4, 1, 9)}}
+    for time, triple in enumerate(stream, start=1):
+        outputs = engine.arrive(time, time * S, [triple])
+        assert found(outputs, "rating1", "rating2", "score1", "score2") == expected.get(time, set()), time
+        if time == 6:
+            assert [e.ordinal for e in outputs[0].elements] == [1, 2, 3, 4, 5, 6]
+
+
+def join_oracle(stream: list[tuple[int, str, str, str]]) -> list[set[tuple[object, ...]]]:
+    """E1 AND E2 by the definition when each element arrives, with ``brute_force``'s windows: every compatible pair,
+    either order, on (min, max); the matches valid then and at no earlier arrival."""
+    valid_before: set[tuple[object, ...]] = set()
+    out = []
+    for arrived in range(1, len(stream) + 1):
+        time, k = stream[arrived - 1][0], stream[arrived - 1][0] // 2
+        so_far = list(enumerate(stream[:arrived], start=1))
+        first = [(t, s, o, n) for n, (t, s, p, o) in so_far if p == "p" and k >= 1 and 2 * k - 4 < t <= 2 * k]
+        second = [(t, s, o, n) for n, (t, s, p, o) in so_far if p == "q" and time - 3 < t <= time]
+        valid = {(s1, o2, min(t1, t2), max(t1, t2), tuple(sorted({(t1, n1), (t2, n2)})))
+                 for t1, s1, o1, n1 in first for t2, s2, o2, n2 in second if o1 == s2}
+        out.append(valid - valid_before)
+        valid_before |= valid
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from("pq"), st.sampled_from("ab"), st.sampled_from("ab")),
+                max_size=20))
+def test_new_matches_of_a_join_are_those_the_definition_gives(steps: list[tuple[int, str, str, str]]) -> None:
+    """The semi-naive join (new E1 ⋈ E2 ∪ new E2 ⋈ old E1, partners looked up) against the definition evaluated
+    whole at each arrival."""
+    stream, time = [], 1
+    for gap, predicate, subject, obj in steps:
+        time += gap
+        stream.append((time, subject, predicate, obj))
+    engine = Engine(EventMatcher(clause("EVENT <s?WINDOWS=R/1970-01-01T00:00:00Z/-PT4S/PT2S> { ?x :p ?y } "
+                                        "AND EVENT <s?WINDOWS=HEAD/-PT3S> { ?y :q ?z }")), {0: E1, 1: E2})
+    expected = join_oracle(stream)
+    for ordinal, (t, s, p, o) in enumerate(stream, start=1):
+        outputs = engine.arrive(ordinal, t * S, [(s, p, o)])
+        assert {(m.bindings["x"], m.bindings["z"], m.start // S, m.end // S,
+                 tuple((stream[e.ordinal - 1][0], e.ordinal) for e in m.elements)) for m in outputs} \
+            == expected[ordinal - 1]
+
+
 # --- incrementality, bounded state, restart ---------------------------------------------------------------------------
 
 def brute_force(stream: list[tuple[int, str, str, str]]) -> list[set[tuple[object, ...]]]:

@@ -120,3 +120,74 @@ def test_values_bound_by_match_come_back_as_sent(client: FlaskClient) -> None:
     assert row["t"] == {"type": "literal", "value": "2020-06-01T12:00:00+02:00",
                         "datatype": "http://www.w3.org/2001/XMLSchema#dateTime"}
     assert row["l"] == {"type": "literal", "value": "x\ny", "xml:lang": "en"}
+
+
+def test_an_event_inside_service_to_a_stream_reads_that_stream(client: FlaskClient) -> None:
+    """``SERVICE <…/streams/s> { MATCH { EVENT WINDOWS … { … } } }`` on the endpoint: the EVENT reads the SERVICE's
+    stream, as it would queried on the stream itself."""
+    upload(client)
+    last_3s = ("PREFIX : <http://ex/> SELECT ?x WHERE { SERVICE <http://localhost/streams/s> "
+               "{ MATCH { EVENT WINDOWS HEAD/-PT3S { ?x :p ?y } } } }")
+    # the last 3 s at t = 10: (7, 10] holds G4, G5; of their triples only a3 p b3 is a p-triple
+    answer = client.post("/sparql", data=last_3s, headers={"Content-Type": "application/sparql-query", **JSON})
+    assert answer.status_code == 200, answer.text
+    assert rows(answer) == Counter({("a3",): 1})
+    # seed 001's SEQ (e1 … e4 at t = 10, as test_unrestricted_seq_at_the_latest_element) through a windowed SERVICE
+    # IRI: its landmark window from 1 s holds all of G1 … G5, and the EVENTs' windows are nested in it
+    seq = ("PREFIX : <http://ex/> SELECT ?x ?y ?z WHERE { SERVICE <streams/s?WINDOWS=1970-01-01T00:00:01Z/HEAD> { "
+           "MATCH { EVENT WINDOWS 1970-01-01T00:00:01Z/HEAD { ?x :p ?y } SEQ EVENT WINDOWS HEAD/-PT5S { ?y :q ?z } } "
+           "} }")
+    answer = client.post("/sparql", data=seq, headers={"Content-Type": "application/sparql-query", **JSON})
+    assert answer.status_code == 200, answer.text
+    assert rows(answer) == Counter({("a1", "b1", "c1"): 2, ("a2", "b2", "c2"): 2})
+
+
+def test_and_union_optional_and_a_filter_on_the_join_s_interval(client: FlaskClient) -> None:
+    """Seed 000 §3's Join, Union and LeftJoin end to end, the FILTER evaluated by pyoxigraph on the combination's
+    interval. The stream: G1 @1 {s1 q c}, G2 @2 {a p s1}, G3 @3 {a r d}."""
+    assert client.put("/streams/j").status_code == 201
+    body = "".join(f'<http://ex/G{n}> <{PROV}generatedAtTime> "1970-01-01T00:00:0{n}Z"'
+                   f"^^<http://www.w3.org/2001/XMLSchema#dateTime> .\n<http://ex/G{n}> {{ {triple} . }}\n"
+                   for n, triple in [(1, "<http://ex/s1> <http://ex/q> <http://ex/c>"),
+                                     (2, "<http://ex/a> <http://ex/p> <http://ex/s1>"),
+                                     (3, "<http://ex/a> <http://ex/r> <http://ex/d>")])
+    assert client.post("/streams/j", data=body, headers={"Content-Type": "application/trig"}).status_code == 200
+    every = "EVENT WINDOWS 1970-01-01T00:00:00Z/HEAD"
+
+    def answer(match: str, select: str = "?x ?z") -> Counter[tuple[str, ...]]:
+        text = ("PREFIX : <http://ex/> PREFIX xsd: <http://www.w3.org/2001/XMLSchema#> "
+                f"SELECT {select} WHERE {{ MATCH {{ {match} }} }}")
+        reply = client.get("/streams/j", query_string={"query": text}, headers=JSON)
+        assert reply.status_code == 200, reply.text
+        return rows(reply)
+
+    # the p-event @2 after the q-event @1: joined, not in sequence
+    assert answer(f"{every} {{ ?x :p ?y }} AND {every} {{ ?y :q ?z }}") == Counter({("a", "c"): 1})
+    assert answer(f"{every} {{ ?x :p ?y }} SEQ {every} {{ ?y :q ?z }}") == Counter()
+    # the join's interval is [1, 2]: it starts with the q-event
+    on_interval = (f'{{ {every} {{ ?x :p ?y }} {every} {{ ?y :q ?z }} }} FILTER (getSTARTTIME() = '
+                   f'"1970-01-01T00:00:01Z"^^xsd:dateTime && getDURATION() = "PT1S"^^xsd:dayTimeDuration)')
+    assert answer(on_interval) == Counter({("a", "c"): 1})
+    # UNION: the q-event's z and the r-event's z, each alone
+    assert answer(f"{every} {{ ?x :q ?z }} UNION {every} {{ ?x :r ?z }}") == Counter({("s1", "c"): 1, ("a", "d"): 1})
+    # OPTIONAL: the r-event @3 with the p-event @2 (ends before it); the p-event @2 without the r-event @3 (after it)
+    assert answer(f"{every} {{ ?x :r ?z }} OPTIONAL {every} {{ ?x :p ?y }}", "?x ?y") == Counter({("a", "s1"): 1})
+    assert answer(f"{every} {{ ?x :p ?y }} OPTIONAL {every} {{ ?x :r ?z }}", "?x (BOUND(?z) AS ?r)") \
+        == Counter({("a", "false"): 1})
+
+
+def test_an_interval_window_is_half_open_and_its_closed_form_ends_1_us_later(client: FlaskClient) -> None:
+    """Seed 001's interval window [t1, t2] is closed; ``T1/T2`` is [T1, T2). With every element in (t = 10), the
+    q-events of ``06Z/08Z`` are G3's two @6 (G4 @8 is at the excluded end); ``06Z/08.000001Z`` is the seed's [6, 8]
+    and adds G4's b2 q c2 @8; ``06.000001Z/08.000001Z`` is (6, 8]: G4's alone."""
+    upload(client)
+
+    def answer(window: str) -> Counter[tuple[str, ...]]:
+        text = f"PREFIX : <http://ex/> SELECT ?y ?z WHERE {{ MATCH {{ EVENT WINDOWS {window} {{ ?y :q ?z }} }} }}"
+        reply = client.get("/streams/s", query_string={"query": text}, headers=JSON)
+        assert reply.status_code == 200, reply.text
+        return rows(reply)
+
+    assert answer("1970-01-01T00:00:06Z/1970-01-01T00:00:08Z") == Counter({("b1", "c1"): 1, ("b2", "c2"): 1})
+    assert answer("1970-01-01T00:00:06Z/1970-01-01T00:00:08.000001Z") == Counter({("b1", "c1"): 1, ("b2", "c2"): 2})
+    assert answer("1970-01-01T00:00:06.000001Z/1970-01-01T00:00:08.000001Z") == Counter({("b2", "c2"): 1})

@@ -76,9 +76,26 @@ class Http:
                                       headers={"Content-Type": "application/trig"})
         assert status == 200, reply
 
-    def put_rule(self, name: str, text: str, output: str) -> tuple[int, object]:
-        return self._request("PUT", f"/rules/{name}?output={output}", data=text.encode(),
+    def put_rule(self, name: str, text: str, output: str, **options: str) -> tuple[int, object]:
+        """``options``: evaluate, start (sent as from=), depth."""
+        query = "".join(f"&{'from' if key == 'start' else key}={value}" for key, value in options.items())
+        return self._request("PUT", f"/rules/{name}?output={output}{query}", data=text.encode(),
                              headers={"Content-Type": "application/sparql-query"})
+
+    def punctuate(self, name: str, at: str) -> None:
+        status, reply = self._request("POST", f"/streams/{name}?punctuation={at}")
+        assert status in (200, 204), reply
+
+    def wait_evaluated(self, rule: str, at: str, timeout: float = 20.0) -> dict[str, object]:
+        """The rule's status once it has evaluated at time ``at`` (a rule with evaluate=)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status, reply = self.rule(rule)
+            assert status == 200, reply
+            if (reply["events"]["evaluated"] or "") >= at:  # type: ignore[index]
+                return reply  # type: ignore[return-value]
+            assert time.monotonic() < deadline, f"rule {rule} did not evaluate at {at}: {reply}"
+            time.sleep(0.05)
 
     def rule(self, name: str) -> tuple[int, object]:
         return self._request("GET", f"/rules/{name}", headers={"Accept": "application/json"})
@@ -270,7 +287,7 @@ def close(app: Flask) -> None:
 
 def test_a_bad_event_rule_is_refused_with_its_line_and_column(http: Http) -> None:
     http.put_stream("s")
-    bad = "PREFIX : <http://ex/>\nCONSTRUCT { ?x :then ?z }\nWHERE { MATCH { EVENT <streams/s> { ?x :p ?y } AND " \
+    bad = "PREFIX : <http://ex/>\nCONSTRUCT { ?x :then ?z }\nWHERE { MATCH { EVENT <streams/s> { ?x :p ?y } THEN " \
           "EVENT <streams/s> { ?y :q ?z } } }"
     status, reply = http.put_rule("bad", bad, "out")
     assert status == 400
@@ -279,15 +296,23 @@ def test_a_bad_event_rule_is_refused_with_its_line_and_column(http: Http) -> Non
     # an EVENT over a stream that does not exist, and an EVENT's pattern that is not SPARQL
     status, reply = http.put_rule("bad", seq_rule("SEQ", "UNRESTRICTED").replace("streams/s>", "streams/nope>"), "out")
     assert status == 400 and "nope" in str(reply), reply
-    status, reply = http.put_rule("bad", bad.replace("AND", "SEQ").replace("?x :p ?y", "?x :p"), "out")
+    status, reply = http.put_rule("bad", bad.replace("THEN", "SEQ").replace("?x :p ?y", "?x :p"), "out")
     assert status == 400 and "line 3" in str(reply), reply
     assert http.rule("bad")[0] == 404
 
 
-def test_an_event_rule_whose_output_feeds_its_events_is_a_cycle(http: Http) -> None:
+def test_a_cycle_through_a_window_rule_is_refused(http: Http) -> None:
+    """Event rules may feed themselves (their recursion is bounded: below); a window rule on the cycle may not: its
+    firings have no derivation depth to stop at."""
     http.put_stream("s")
-    status, reply = http.put_rule("loop", seq_rule("SEQ", "UNRESTRICTED"), "s")
-    assert status == 409 and "feeds its own inputs" in str(reply), reply
+    window_rule = """CONSTRUCT { ?x <http://ex/p> ?y } WHERE {
+      SERVICE <http://localhost/streams/t?WINDOWS=R/HEAD/PT05M/PT01M> { GRAPH ?g { ?x <http://ex/q> ?y } } }"""
+    http.put_stream("t")
+    assert http.put_rule("windows", window_rule, "s")[0] == 201  # t -[windows]-> s
+    status, reply = http.put_rule("loop", seq_rule("SEQ", "UNRESTRICTED"), "t")  # s -[loop]-> t closes it
+    assert status == 409, reply
+    assert "rule 'loop': its output stream feeds its own inputs (a cycle: t -[windows]-> s -[loop]-> t); rule " \
+           "'windows' on it fires on windows" in str(reply), reply
     assert http.rule("loop")[0] == 404
 
 
@@ -301,3 +326,193 @@ def test_an_event_rule_from_a_rule_file(app: Flask, tmp_path: Path) -> None:
     upload_s(http, {"G1", "G2"})
     http.wait_processed("from-file", "s", 2)
     assert derived(http, "file-out") == {("c", 1, 2, ("G1", "G2"))}
+
+
+# --- seed 001, Examples 10 and 11: evaluations at chosen times, consumption carried (evaluate=) ---------------------
+
+W1 = "streams/s?WINDOWS=1970-01-01T00:00:01Z/HEAD"  # landmark from 1: [1, t]
+W2 = "streams/s?WINDOWS=R/1970-01-01T00:00:00Z/-PT5S/PT1S"  # the last 5 s: (t − 5, t]
+AT_8_AND_10 = "R/1970-01-01T00:00:08Z/PT2S"  # evaluations at 8, 10, 12, …
+# Seed 001's stream: G1 @2 {a1 p b1}  G2 @4 {a2 p b2}  G3 @6 {b1 q c1, b2 q c2}  G4 @8 {b2 q c2}
+#                    G5 @10 {a3 p b3, b1 q c1}
+SEED_001 = [("G1", 2, ["a1 p b1"]), ("G2", 4, ["a2 p b2"]), ("G3", 6, ["b1 q c1", "b2 q c2"]), ("G4", 8, ["b2 q c2"]),
+            ("G5", 10, ["a3 p b3", "b1 q c1"])]
+# The events of E1 SEQ E2 (docs/events.md): e1 = a1 → c1 on [2, 6] (G1 G3), e2 = a2 → c2 on [4, 6] (G2 G3),
+# e3 = a2 → c2 on [4, 8] (G2 G4), e4 = a1 → c1 on [2, 10] (G1 G5).
+E1, E2, E3, E4 = (("a1", "c1", 2, 6, ("G1", "G3")), ("a2", "c2", 4, 6, ("G2", "G3")),
+                  ("a2", "c2", 4, 8, ("G2", "G4")), ("a1", "c1", 2, 10, ("G1", "G5")))
+
+
+def example_rule(operator: str, consume: str) -> str:
+    return f"""PREFIX : <http://ex/>
+CONSTRUCT {{ ?x :then ?z }}
+WHERE {{ MATCH CONSUME {consume} {{ EVENT <{W1}> {{ ?x :p ?y }} {operator} EVENT <{W2}> {{ ?y :q ?z }} }} }}"""
+
+
+def upload_seed_001(http: Http, names: set[str]) -> None:
+    def triple(text: str) -> str:
+        return " ".join(f"<http://ex/{term}>" for term in text.split())
+    http.upload("s", "".join(element(name, f"1970-01-01T00:00:{at:02d}Z", *map(triple, triples))
+                             for name, at, triples in SEED_001 if name in names))
+
+
+def example_derived(http: Http, stream: str) -> set[tuple[object, ...]]:
+    """Each output element as (x, z, start second, end second, constituent names)."""
+    rows = http.select(stream, f"""PREFIX : <http://ex/> PREFIX ev: <{EV}> PREFIX prov: <{PROV}>
+        SELECT ?g ?x ?z ?start ?end (GROUP_CONCAT(STRAFTER(STR(?e), "http://ex/"); separator=" ") AS ?from)
+        WHERE {{ GRAPH ?g {{ ?x :then ?z . ?g ev:start ?start ; ev:end ?end ; prov:wasDerivedFrom ?e }} }}
+        GROUP BY ?g ?x ?z ?start ?end""")
+    return {(r["x"].removeprefix("http://ex/"), r["z"].removeprefix("http://ex/"), int(r["start"][17:19]),
+             int(r["end"][17:19]), tuple(sorted(r["from"].split()))) for r in rows}
+
+
+EXAMPLES_10_AND_11 = [  # (operator, consumption, new at 8, new at 10), worked out in docs/events.md's table
+    ("SEQ", "UNRESTRICTED", {E1, E2, E3}, {E4}),
+    # Eq. 10: the earliest E2 events with a partner are the two at 6, each with its first partner; G1 G2 (w1) and
+    # G3 (w2) are consumed, so at 10 b2 q c2 @8 and b1 q c1 @10 have no p before them (Example 11)
+    ("SEQC", "CHRONOLOGICAL", {E1, E2}, set()),
+    # Eq. 11: the latest E2 event with a partner is b2 q c2 @8, with its last partner a2 @4 (G2, G4 consumed); at
+    # 10 the latest is b1 q c1 @10, whose partner a1 @2 was never used
+    ("SEQR", "RECENT", {E3}, {E4}),
+    # Eq. 9: LAST E1 = a2 @4 before LAST E2 = b2 q c2 @8; at 10 both lasts are at 10
+    ("SEQN", "UNRESTRICTED", {E3}, set()),
+]
+
+
+def test_examples_10_and_11_evaluated_at_8_and_then_10(http: Http) -> None:
+    http.put_stream("s")
+    for operator, consume, _, _ in EXAMPLES_10_AND_11:
+        status, reply = http.put_rule(operator.lower(), example_rule(operator, consume), f"{operator.lower()}-out",
+                                      evaluate=AT_8_AND_10)
+        assert status == 201, reply
+        assert reply["events"]["evaluate"] == AT_8_AND_10  # type: ignore[index]
+    upload_seed_001(http, {"G1", "G2", "G3", "G4", "G5"})
+    for operator, _, at_8, _ in EXAMPLES_10_AND_11:  # G5 @10 is past 8: the evaluation at 8 is done, not the one at 10
+        http.wait_processed(operator.lower(), "s", 5)
+        reply = http.wait_evaluated(operator.lower(), "1970-01-01T00:00:08Z")
+        assert reply["events"]["evaluated"] == "1970-01-01T00:00:08Z", reply  # type: ignore[index]
+        assert example_derived(http, f"{operator.lower()}-out") == at_8, operator
+    http.punctuate("s", "1970-01-01T00:00:11Z")  # stream time past 10: every element at 10 is in
+    for operator, _, at_8, at_10 in EXAMPLES_10_AND_11:
+        http.wait_evaluated(operator.lower(), "1970-01-01T00:00:10Z")
+        assert example_derived(http, f"{operator.lower()}-out") == at_8 | at_10, operator
+
+
+def test_content_change_evaluation_differs_from_evaluations_at_8_and_10(http: Http) -> None:
+    """Without evaluate=, SEQr + RECENT evaluates at every element: at 6 the latest E2 events with a partner are both
+    q-triples of G3, each with its last partner (e1, e2; G1 G2 G3 consumed); at 8 b2 q c2 has no p left; at 10
+    b1 q c1 neither."""
+    http.put_stream("s")
+    assert http.put_rule("seqr", example_rule("SEQR", "RECENT"), "seqr-out")[0] == 201
+    upload_seed_001(http, {"G1", "G2", "G3", "G4", "G5"})
+    http.wait_processed("seqr", "s", 5)
+    assert example_derived(http, "seqr-out") == {E1, E2}
+
+
+def test_consumption_is_carried_across_a_restart(tmp_path: Path) -> None:
+    """SEQ + CONSUME CHRONOLOGICAL at 8: e1 e2 e3, consuming G1 G2 in w1 and G3 G4 in w2. At 10, after a restart,
+    w1 holds only a3 p b3 and w2 only b1 q c1: nothing (unrestricted, e4 is new at 10)."""
+    config = ServerConfig(tmp_path / "data", max_body_bytes=1_000_000)
+    first = http_app(config)
+    http = flask_http(first.test_client())
+    http.put_stream("s")
+    for name, consume in (("consumed", "CHRONOLOGICAL"), ("all", "UNRESTRICTED")):
+        assert http.put_rule(name, example_rule("SEQ", consume), f"{name}-out", evaluate=AT_8_AND_10)[0] == 201
+    upload_seed_001(http, {"G1", "G2", "G3", "G4", "G5"})
+    for name in ("consumed", "all"):
+        http.wait_processed(name, "s", 5)
+        http.wait_evaluated(name, "1970-01-01T00:00:08Z")
+        assert example_derived(http, f"{name}-out") == {E1, E2, E3}
+    close(first)
+    second = http_app(config)
+    http = flask_http(second.test_client())
+    http.punctuate("s", "1970-01-01T00:00:11Z")
+    for name in ("consumed", "all"):
+        http.wait_evaluated(name, "1970-01-01T00:00:10Z")
+    assert example_derived(http, "consumed-out") == {E1, E2, E3}
+    assert example_derived(http, "all-out") == {E1, E2, E3, E4}
+    assert len(http.select("all-out", OUTPUT_QUERY)) == 4  # the evaluation at 8 was not made again
+    close(second)
+
+
+def test_event_rule_options_are_checked(http: Http) -> None:
+    http.put_stream("s")
+    for options, word in (({"evaluate": "R/HEAD/PT2S"}, "evaluate="), ({"evaluate": "PT2S"}, "evaluate="),
+                          ({"start": "yesterday"}, "from="), ({"depth": "0"}, "depth=")):
+        status, reply = http.put_rule("bad", seq_rule("SEQ", "UNRESTRICTED"), "out", **options)
+        assert status == 400 and word in str(reply), (options, reply)
+    window_rule = """CONSTRUCT { ?x ?p ?y } WHERE {
+      SERVICE <http://localhost/streams/s?WINDOWS=R/HEAD/PT05M/PT01M> { GRAPH ?g { ?x ?p ?y } } }"""
+    status, reply = http.put_rule("windows", window_rule, "out", evaluate=AT_8_AND_10)
+    assert status == 400 and "options of event rules" in str(reply), reply
+    assert http.rule("bad")[0] == 404 and http.rule("windows")[0] == 404
+
+
+# --- history: a rule registered after the elements it could match (from=) ---------------------------------------------
+
+def test_a_rule_replays_history_from_a_time_or_an_ordinal(http: Http) -> None:
+    """Registered after G1 … G5 are in, over the whole stream: without from= it sees none of them (test above); with
+    from=<second 1> all five, as if it had been there (UNRESTRICTED's four matches); with from=4 it sees G4 and
+    G5 only: a p b @4 then b q e @5."""
+    http.put_stream("s")
+    upload_s(http, {"G1", "G2", "G3", "G4", "G5"})
+    assert http.put_rule("none", seq_rule("SEQ", "UNRESTRICTED"), "none-out")[0] == 201
+    assert http.put_rule("all", seq_rule("SEQ", "UNRESTRICTED"), "all-out", start=SECOND.format(1))[0] == 201
+    assert http.put_rule("late", seq_rule("SEQ", "UNRESTRICTED"), "late-out", start="4")[0] == 201
+    for name in ("none", "all", "late"):
+        http.wait_processed(name, "s", 5)
+    assert http.select("none-out", OUTPUT_QUERY) == []
+    assert derived(http, "all-out") == UNRESTRICTED
+    assert derived(http, "late-out") == {("e", 4, 5, ("G4", "G5"))}
+
+
+# --- consumption: whole elements, not the statements used (a deliberate difference from seed 001) ------------------
+
+def test_consumption_takes_the_whole_element(http: Http) -> None:
+    """G1 @1 {a1 p b1, a9 p b9}  G2 @2 {b1 q c1}  G3 @3 {b9 q c9}; SEQC + CONSUME CHRONOLOGICAL at every element.
+    At 2: b1 q c1 with its first partner a1 p b1: (a1, c1) on [1, 2]; G1 and G2 are consumed. At 3: the seed, which
+    consumes the statements used, still has a9 p b9 and would match (a9, c9) on [1, 3]; here G1 is gone whole, so
+    nothing."""
+    http.put_stream("s")
+    assert http.put_rule("chrono", seq_rule("SEQC", "CHRONOLOGICAL"), "chrono-out")[0] == 201
+    for name, second, triples in (("G1", 1, ["a1 p b1", "a9 p b9"]), ("G2", 2, ["b1 q c1"]), ("G3", 3, ["b9 q c9"])):
+        http.upload("s", element(name, SECOND.format(second),
+                                 *(" ".join(f"<http://ex/{term}>" for term in t.split()) for t in triples)))
+    http.wait_processed("chrono", "s", 3)
+    rows = http.select("chrono-out", f"""PREFIX : <http://ex/> PREFIX ev: <{EV}>
+        SELECT ?x ?z WHERE {{ GRAPH ?g {{ ?x :then ?z }} }}""")
+    assert rows == [{"x": "http://ex/a1", "z": "http://ex/c1"}]
+
+
+# --- recursion: an event rule whose output feeds its own input, bounded by depth= ------------------------------------
+
+ECHO_RULE = """PREFIX : <http://ex/>
+CONSTRUCT { ?x :p ?y } WHERE { MATCH { EVENT <streams/s> { ?x :p ?y } } }"""
+
+
+def test_a_recursive_event_rule_stops_at_its_depth_bound(http: Http) -> None:
+    """The rule copies every p-triple of s into s: without a bound it would never stop. G1 @1 {a p b} (depth 0)
+    gives a derived event of depth 1 at 1 s + 1 µs (strictly after its element: the stream's time + 1 µs), which
+    gives depth 2 at + 2 µs, then depth 3 at + 3 µs; its match would derive depth 4 > depth=3: not emitted, and the
+    rule's status says so. s ends with 4 elements."""
+    http.put_stream("s")
+    status, reply = http.put_rule("echo", ECHO_RULE, "s", depth="3")
+    assert status == 201, reply
+    upload_s(http, {"G1"})
+    reply = http.wait_processed("echo", "s", 4)
+    deadline = time.monotonic() + 20
+    while reply["events"]["depth"]["stopped"] < 1:  # type: ignore[index]
+        assert time.monotonic() < deadline, reply
+        time.sleep(0.05)
+        reply = http.rule("echo")[1]  # type: ignore[assignment]
+    assert reply["events"]["depth"] == {"bound": 3, "stopped": 1}  # type: ignore[index]
+    assert reply["events"]["matches"] == 3  # type: ignore[index]
+    assert any("past the bound 3" in line for line in reply["log"]), reply  # type: ignore[index]
+    rows = http.select("s", f"""PREFIX ev: <{EV}> PREFIX prov: <{PROV}>
+        SELECT ?t ?depth WHERE {{ ?g prov:generatedAtTime ?t OPTIONAL {{ GRAPH ?g {{ ?g ev:depth ?depth }} }} }}""")
+    assert sorted((r["t"], r.get("depth", "0")) for r in rows) == [
+        ("2024-01-01T00:00:01.000001Z", "1"), ("2024-01-01T00:00:01.000002Z", "2"),
+        ("2024-01-01T00:00:01.000003Z", "3"), ("2024-01-01T00:00:01Z", "0")]
+    time.sleep(0.3)
+    assert len(http.select("s", OUTPUT_QUERY.replace("ev:start ?start ; ev:end ?end", "ev:depth ?d"))) == 3
+

@@ -20,11 +20,14 @@ from sparql_ext import (
     EventWindow,
     Filtered,
     First,
+    Join,
     Last,
+    LeftJoin,
     OptionalSeq,
     QuerySyntaxError,
     Selection,
     Seq,
+    Union,
     parse_events,
     parse_extended,
     parse_window_ref,
@@ -62,6 +65,12 @@ def shape(pattern: object) -> object:
             return ("first", shape(operand))
         case Last(operand=operand):
             return ("last", shape(operand))
+        case Join(left=left, right=right):
+            return ("and", shape(left), shape(right))
+        case Union(left=left, right=right):
+            return ("union", shape(left), shape(right))
+        case LeftJoin(mandatory=mandatory, optional=optional, condition=condition):
+            return ("optional", shape(mandatory), shape(optional), [f.expression for f in condition])
         case Filtered(operand=operand, filters=filters):
             return ("filter", shape(operand), [f.expression for f in filters])
     raise AssertionError(pattern)
@@ -170,6 +179,42 @@ def test_optional_joins_take_the_optional_groups_filters_as_their_condition() ->
     assert shape(clause.pattern) == ("optionalseq", ev(0), ("filter", ev(1), ["(?z > 0)"]), [])  # type: ignore
 
 
+def test_and_union_optional_and_patterns_side_by_side() -> None:
+    """Seed 000 §3: juxtaposition is Join, union Union, optional LeftJoin; here of one precedence with the other
+    operators, left to right, so ``A SEQ B C`` is (A SEQ B) AND C, as SPARQL's ``P1 OPTIONAL P2 P3`` joins P3 with
+    the LeftJoin."""
+    _, clause = clause_of(f"{A} AND {B}")
+    assert shape(clause.pattern) == ("and", ev(0), ev(1))  # type: ignore[attr-defined]
+    _, side_by_side = clause_of(f"{A} {B}")
+    assert shape(side_by_side.pattern) == ("and", ev(0), ev(1))  # type: ignore[attr-defined]
+    _, clause = clause_of(f"{A} SEQ {B} {C}")
+    assert shape(clause.pattern) == ("and", ("seq", Selection.UNRESTRICTED, ev(0), ev(1)), ev(2))  # type: ignore
+    _, clause = clause_of(f"{{ {A} }} UNION {{ {B} {C} }} FILTER (getDURATION() < 'PT1M')")
+    assert shape(clause.pattern) == ("filter", (  # type: ignore[attr-defined]
+        "union", ev(0), ("and", ev(1), ev(2))), ["(getDURATION() < 'PT1M')"])
+    # OPTIONAL: the right side is optional and its group's FILTERs are the condition, as SPARQL's OPTIONAL
+    _, clause = clause_of(f"{A} optional {{ {B} FILTER (?z != :c) }} FIRST {C}")
+    assert shape(clause.pattern) == ("and", (  # type: ignore[attr-defined]
+        "optional", ev(0), ev(1), ["(?z != :c)"]), ("first", ev(2)))
+
+
+def test_an_event_inside_service_reads_the_service_s_stream() -> None:
+    """``SERVICE <stream> { MATCH { EVENT WINDOWS ref { P } } }``: the EVENT reads the SERVICE's stream; a windowed
+    SERVICE IRI nests the EVENT's window in its own, as ``EVENT <stream?WINDOWS=A> WINDOWS B`` does."""
+    def events(text: str) -> list[tuple[int, EventWindow]]:
+        return [(event.ident, event.window) for event in parse_events(text).clauses[0].events]
+    text = (f"BASE <http://ex/>\n{PREFIX}SELECT * {{ ?a ?b ?c SERVICE <s> {{ MATCH {{ EVENT WINDOWS HEAD/-PT5S "
+            "{ ?x :p ?y } SEQ EVENT <t> { ?y :q ?z } } } }")
+    assert events(text) == [ev(0), ev(1, "", "http://ex/t")]
+    silent = f"{PREFIX}SELECT * {{ SERVICE SILENT :s {{ {{ MATCH {{ EVENT {{ ?x :p ?y }} }} }} }} }}"
+    assert events(silent) == [ev(0, "")]  # no window: the whole stream
+    nested = f"{PREFIX}SELECT * {{ SERVICE <http://ex/s?WINDOWS=1/HEAD> {{ MATCH {{ EVENT WINDOWS HEAD {{ }} }} }} }}"
+    assert events(nested) == [(0, EventWindow("http://ex/s", (parse_window_ref("1/HEAD"), parse_window_ref("HEAD"))))]
+    # outside the SERVICE's group the EVENT reads the stream being queried again
+    after = "SELECT * { SERVICE <http://ex/s> { ?a ?b ?c } MATCH { EVENT WINDOWS HEAD { } } }"
+    assert events(after) == [(0, EventWindow(None, (parse_window_ref("HEAD"),)))]
+
+
 @pytest.mark.parametrize("policy", list(Consumption))
 def test_consumption_policies(policy: Consumption) -> None:
     _, clause = clause_of(A, consume=f"CONSUME {policy.value.lower()} ")
@@ -245,9 +290,12 @@ def test_durations_are_exact_to_the_microsecond() -> None:
     ("SELECT * MATCH { EVENT <s> { } }", 1, 10, "MATCH must be inside a group pattern"),
     ("SELECT * {\n  MATCH EVENT <s> { } }", 2, 9, "MATCH needs an event group"),
     ("SELECT * { MATCH { } }", 1, 20, "expected an event pattern (EVENT, FIRST, LAST or '{')"),
-    ("SELECT * { MATCH { EVENT <s> {} AND EVENT <s> {} } }", 1, 33,
-     "expected an event operator (SEQ, SEQC, SEQR, SEQN, EQUALS, OPTIONALSEQ, EQUALSOPTIONAL), FILTER or '}', "
-     "found 'AND'"),
+    ("SELECT * { MATCH { EVENT <s> {} THEN EVENT <s> {} } }", 1, 33,
+     "expected an event operator (SEQ, SEQC, SEQR, SEQN, EQUALS, OPTIONALSEQ, EQUALSOPTIONAL, AND, UNION, OPTIONAL), "
+     "FILTER or '}', found 'THEN'"),
+    ("SELECT * { MATCH { EVENT <s> {} FILTER (?x) EVENT <s> {} } }", 1, 45, "FILTER or '}', found 'EVENT'"),
+    ("SELECT * { SERVICE ?s { MATCH { EVENT WINDOWS HEAD { } } } }", 1, 33,
+     "inside SERVICE ?s an EVENT cannot know its stream before the query runs"),
     ("SELECT * { MATCH { EVENT <s> {} SEQ } }", 1, 37, "expected an event pattern"),
     ("SELECT * { MATCH { EVENT <s> {} SEQ ?x } }", 1, 37, "expected an event pattern (EVENT, FIRST, LAST or '{'), "
                                                         "found '?x'"),

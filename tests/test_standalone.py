@@ -166,10 +166,12 @@ def test_make_installs_from_the_lock_and_shows_progress() -> None:
 
 
 def test_make_serve_installs_only_what_serving_needs() -> None:
-    """Issue 34: make serve installs the package alone (≈ 890 MB), not the test and benchmark tools."""
+    """make serve installs the package alone (≈ 890 MB), not the test and benchmark tools, at the pinned versions (uv
+    itself at the version constraints.txt pins)."""
     commands = _make_dry_run(".venv/installed-serve")
-    installs = [line for line in commands.splitlines() if "pip install" in line and "-e" in line]
-    assert installs == [".venv/bin/pip install -c constraints.txt -e ."], commands
+    installs = [line for line in commands.splitlines() if "pip install" in line]
+    assert installs == [".venv/bin/pip install --upgrade pip uv==0.13.9",
+                        ".venv/bin/uv pip install --python .venv/bin/python -c constraints.txt -e ."], commands
 
 
 def test_make_lock_freezes_a_fresh_environment_into_constraints() -> None:

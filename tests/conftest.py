@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,38 +17,77 @@ from conformance.server import RunningServer, running_server
 from protocol import ServerConfig
 from store import RevisionedDataset
 
+#: The process writing Spark's class-data archive for this run (its pid, in the environment the test workers inherit).
+ARCHIVE_WRITER = "CONCENTRATOR_TEST_ARCHIVE_WRITER"
+
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Before any test worker starts (xdist starts them after this hook): write Spark's class-data archive if this
-    installation has none (≈ 35 s, once). Dozens of Spark drivers start in a run; without the archive each costs
-    ≈ 13 CPU-seconds more (docs/deployment.md, "Starting Spark"). Measured on a fresh clone, writing it beside the
-    first tests instead made the run longer (335 s against 320): those are Spark's longest, and their drivers then
-    started without it while it was being written."""
+    """Before any test worker starts (xdist starts them after this hook): start writing Spark's class-data archive if
+    this installation has none (≈ 35 s, once). Dozens of Spark drivers start in a run; without the archive each costs
+    ≈ 13 CPU-seconds more (docs/deployment.md, "Starting Spark"). The tests that need no JVM run meanwhile (they come
+    first, ``pytest_collection_modifyitems``), and each JVM test waits for the archive (``pytest_runtest_setup``): the
+    35 s overlap the suite instead of preceding it."""
     config = session.config
     if hasattr(config, "workerinput") or "not jvm" in (config.option.markexpr or ""):
         return
     try:
-        from pipeline.class_archive import ensure_class_archive
-        from pipeline.spark import class_archive_path
+        from pipeline.class_archive import start_class_archive
     except ImportError:  # no pyspark: the Spark tests skip, naming the install command
         return
-    if not class_archive_path().exists():
-        config.get_terminal_writer().line("writing Spark's class-data archive (once per installation, ≈ 35 s) ...")
-        ensure_class_archive()
+    writer = start_class_archive()
+    if writer is not None:
+        config.get_terminal_writer().line("writing Spark's class-data archive (once per installation, ≈ 35 s), "
+                                          "beside the tests that need no JVM ...")
+        config.stash[_WRITER] = writer
+        os.environ[ARCHIVE_WRITER] = str(writer.pid)
 
 
-#: The files that take longest (wall seconds within `make test`, measured with ``--durations``), run first: with a file
-#: per worker (``--dist loadfile --no-loadscope-reorder``), handing out the longest first keeps one worker from
-#: starting a minute-long file while the others have nothing left. Files not listed keep their order after these.
-LONGEST_FIRST = ("test_cluster.py", "test_csrbench_oracle.py", "test_resume_crash.py", "test_crash.py",
-                 "test_resume.py", "test_pipeline.py", "test_spark_source.py", "test_rules_bulk.py", "test_mqtt.py",
-                 "test_replay.py", "test_rules.py", "test_websocket.py", "test_connected_patient.py")
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    writer = session.config.stash.get(_WRITER, None)
+    if writer is not None:
+        writer.wait()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A JVM test starts once the archive is written (or its writer has given up)."""
+    pid = os.environ.get(ARCHIVE_WRITER)
+    if pid is None or item.get_closest_marker("jvm") is None:
+        return
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and _alive(int(pid)):
+        time.sleep(0.2)
+    del os.environ[ARCHIVE_WRITER]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(ChildProcessError):  # in the controller (no xdist) the writer is our child: reap it
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    return True
+
+
+_WRITER = pytest.StashKey[subprocess.Popen[str]]()
+
+#: The files that take longest (wall seconds within `make test`, measured with ``--durations``), run first among the
+#: JVM files: with a file per worker (``--dist loadfile --no-loadscope-reorder``), handing out the longest first keeps
+#: one worker from starting a minute-long file while the others have nothing left. Files not listed keep their order
+#: after these.
+LONGEST_FIRST = ("test_resume_crash.py", "test_cluster.py", "test_csrbench_oracle.py", "test_crash.py",
+                 "test_pipeline.py", "test_mqtt.py", "test_spark_source.py", "test_rules_bulk.py", "test_limits.py",
+                 "test_continuous.py", "test_resume.py", "test_replay.py", "test_rules.py", "test_websocket.py",
+                 "test_connected_patient.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest files first (the same order on every worker: xdist checks that they collected alike)."""
+    """The files that need no JVM first (they run while Spark's archive is written), then the longest JVM files (the
+    same order on every worker: xdist checks that they collected alike)."""
     rank = {name: number for number, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    jvm_files = {item.path.name for item in items if item.get_closest_marker("jvm") is not None}
+    items.sort(key=lambda item: (item.path.name in jvm_files, rank.get(item.path.name, len(rank))))
 
 
 @pytest.fixture

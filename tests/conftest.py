@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +40,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                                           "beside the tests that need no JVM ...")
         config.stash[_WRITER] = writer
         os.environ[ARCHIVE_WRITER] = str(writer.pid)
+        threading.Thread(target=writer.wait, daemon=True).start()  # reaped at once: no zombie for workers to wait on
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -64,9 +65,6 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with contextlib.suppress(ChildProcessError):  # in the controller (no xdist) the writer is our child: reap it
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
     return True
 
 

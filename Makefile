@@ -33,7 +33,7 @@ serve: $(VENV)/installed-serve  ## install, then run the server on an on-disk st
 test: $(VENV)/installed  ## install, then run the whole test suite (conformance included), on three workers (a file per worker)
 	$(VENV)/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder
 
-test-fast: $(VENV)/installed  ## the tests that need no JVM (no Spark, no Jena) and are not marked slow: ≈ 40 s
+test-fast: $(VENV)/installed  ## the tests that need no JVM (no Spark, no Jena) and are not marked slow: ≈ 55 s
 	$(VENV)/bin/python -m pytest -m "not jvm and not slow" -n 2
 
 lint: $(VENV)/installed  ## ruff over everything, mypy (strict, mypy.ini) over the production packages

@@ -3,7 +3,8 @@
 Without it, the first driver JVMs on a machine start without the archive (≈ 7 s of class loading instead of ≈ 3, and
 ≈ 20 CPU-seconds instead of ≈ 7), and each one writes a 170 MB dump at its exit, until one of those dumps has
 settled (:func:`pipeline.spark.class_archive_options`). A test session (``tests/conftest.py``) starts dozens of
-drivers, so it writes the archive before its workers start: one primed pipeline on an empty catalog, whose JVM is
+drivers, so it writes the archive first, while the tests that need no JVM run: one primed pipeline on an empty
+catalog, whose JVM is
 then stopped and waited for, so that its dump is complete and can be put in place at once (≈ 35 s: ≈ 22 to start
 and prime, ≈ 11 for the JVM to write the dump). Meanwhile a marker file tells drivers that start (a server, say) to
 go without the archive and to write no dump of their own.

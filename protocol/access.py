@@ -12,10 +12,13 @@ A view that declares nothing is a write (**deny by default**): a new route needs
 says otherwise. ``decide`` functions read the request as the view reads it (``ParsedRequest``: the decoded query
 string and form, never raw bytes), so what the check sees is what the view does.
 
-- ``token``: writes need ``Authorization: Bearer <token>``: none → 401 (with ``WWW-Authenticate``), a token this
-  server does not know → 401 with ``error="invalid_token"`` (RFC 6750 §3.1), a known token without the right to write
-  (a read token, another stream's) → 403 with ``error="insufficient_scope"``. Nothing is written either way: the
-  check runs before the view, and reads no body but a form's.
+- ``token``: writes need ``Authorization: Bearer <token>`` (a WebSocket opening handshake without that header may
+  carry the token as ``access_token=`` in its query string instead, RFC 6750 §2.3: a browser cannot set headers on
+  one; ``TakesUriToken`` removes it from every request before anything reads or logs the request): none → 401
+  (with ``WWW-Authenticate``), a token this server does not know → 401 with ``error="invalid_token"`` (RFC 6750
+  §3.1), a known token without the right to write (a read token, another stream's) → 403 with
+  ``error="insufficient_scope"``. Nothing is written either way: the check runs before the view, and reads no body
+  but a form's.
 - ``read_tokens`` (``--read-token``): every read needs one of them or the write token, with the same 401s and 403s,
   unless the server is ``public`` or the read is of a stream marked ``public`` (its ``/streams/NAME…`` routes). Routes
   declared ``@open_to_all`` (``/status``, the console's static files) and ``OPTIONS`` need nothing; a route that
@@ -42,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
+from urllib.parse import unquote_plus, unquote_to_bytes
 
 from flask import Flask, current_app, g, request
 from werkzeug.datastructures import MultiDict
@@ -172,6 +176,7 @@ class RateLimiter:
 
 def install(app: Flask, config: ServerConfig) -> None:
     """Check every request before its view runs (see the module docstring)."""
+    app.wsgi_app = TakesUriToken(app.wsgi_app)  # type: ignore[method-assign]
     token = config.token
     limiter = RateLimiter(config.rate_limit) if config.rate_limit else None
 
@@ -231,8 +236,8 @@ def _check_read(config: ServerConfig) -> None:
     given = _bearer()
     what = f"{request.method} {request.path}"
     if not given:
-        raise HttpProblem(f"{what} reads this server: send Authorization: Bearer <token> with a read token or the "
-                          "write token", 401, {"WWW-Authenticate": f'Bearer realm="{REALM}"'})
+        raise HttpProblem(f"{what} reads this server: {_how_to_send()} with a read token or the write token", 401,
+                          {"WWW-Authenticate": f'Bearer realm="{REALM}"'})
     if any(hmac.compare_digest(given.encode(), known.encode())
            for known in (*config.read_tokens, *((config.token,) if config.token else ()))):
         return
@@ -286,7 +291,7 @@ def _check_write(need: Need) -> None:
         return
     given = _bearer()
     if not given:
-        raise HttpProblem(f"{what} changes the server: send Authorization: Bearer <token>", 401,
+        raise HttpProblem(f"{what} changes the server: {_how_to_send()}", 401,
                           {"WWW-Authenticate": f'Bearer realm="{REALM}"'})
     if token is not None and hmac.compare_digest(given.encode(), token.encode()):
         return
@@ -327,8 +332,73 @@ def client_name() -> str:
 
 
 def _bearer() -> str:
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    """The request's bearer token: its ``Authorization`` header's, else a WebSocket handshake's ``access_token``."""
+    header = request.headers.get("Authorization")
+    if header is None:
+        return str(request.environ.get(URI_TOKEN, "")) if is_websocket(request.environ) else ""
+    scheme, _, given = header.partition(" ")
     return given.strip() if scheme.lower() == "bearer" else ""
+
+
+def _how_to_send() -> str:
+    """How to send the token, in a 401: a request that tried ``access_token=`` where it is not taken is told why."""
+    if is_websocket(request.environ):
+        return (f"send Authorization: Bearer <token>, or {URI_TOKEN_PARAMETER}=<token> in the query string (a "
+                "browser's WebSocket cannot set headers)")
+    if URI_TOKEN in request.environ:
+        return (f"{URI_TOKEN_PARAMETER}= is taken from WebSocket handshakes only (RFC 6750 §2.3: a URL is logged "
+                "and shared); send Authorization: Bearer <token>")
+    return "send Authorization: Bearer <token>"
+
+
+#: RFC 6750 §2.3: the query parameter a WebSocket handshake may carry its bearer token in
+URI_TOKEN_PARAMETER = "access_token"
+URI_TOKEN = "concentrator.access_token"  # the WSGI environ key TakesUriToken keeps it under
+
+
+class TakesUriToken:
+    """WSGI middleware: takes ``access_token`` out of every request's query string, and out of the request URI
+    gunicorn's access log writes (``RAW_URI``, ``REQUEST_URI``), before anything reads or logs the request; keeps it
+    under ``URI_TOKEN`` for ``_bearer()``, which takes it from WebSocket handshakes only. So the token is no
+    parameter of any view (not a near miss, not part of a window sequence's, a registration's or a cache's key),
+    and no log or ``/status`` shows it."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        take_uri_token(environ)
+        return self.app(environ, start_response)
+
+
+def take_uri_token(environ: dict[str, Any]) -> None:
+    """Remove ``access_token`` from ``environ``'s query string and request URIs; keep its (first) value under
+    ``URI_TOKEN``. A WSGI query string is the raw bytes as latin-1; the value is decoded as Werkzeug decodes one.
+
+    >>> environ = {"QUERY_STRING": "%61ccess_token=r%2Bt&WINDOWS=R/HEAD/PT1M", "RAW_URI": "/s?access_token=x"}
+    >>> take_uri_token(environ); environ
+    {'QUERY_STRING': 'WINDOWS=R/HEAD/PT1M', 'RAW_URI': '/s?WINDOWS=R/HEAD/PT1M', 'concentrator.access_token': 'r+t'}
+    """
+    query = str(environ.get("QUERY_STRING", ""))
+    if URI_TOKEN_PARAMETER not in query and "%" not in query:  # the common case: nothing to take
+        return
+    kept: list[str] = []
+    taken: list[str] = []
+    for part in query.split("&"):
+        name, _, value = part.partition("=")
+        if unquote_plus(name) == URI_TOKEN_PARAMETER:
+            raw = unquote_to_bytes(value.replace("+", " ").encode("latin-1", "replace"))
+            taken.append(raw.decode("utf-8", "replace"))
+        else:
+            kept.append(part)
+    if not taken:
+        return
+    environ["QUERY_STRING"] = "&".join(kept)
+    environ[URI_TOKEN] = taken[0]
+    for key in ("RAW_URI", "REQUEST_URI"):
+        if isinstance(environ.get(key), str):
+            path = environ[key].partition("?")[0]
+            environ[key] = f"{path}?{environ['QUERY_STRING']}" if environ["QUERY_STRING"] else path
 
 
 def _bearer_is(token: str) -> bool:

@@ -228,7 +228,7 @@ def test_keyboard_only_and_labelled(server: RunningServer, page: Any) -> None:
     page.keyboard.press("Enter")
     heading = page.get_by_role("heading", name="Query", level=1)
     expect(heading).to_be_focused()  # the view's heading takes focus: a screen reader announces the new view
-    expect(page.get_by_role("link", name="Query")).to_have_attribute("aria-current", "page")
+    expect(page.get_by_role("link", name="Query", exact=True)).to_have_attribute("aria-current", "page")
     expect(page.locator("#view-streams")).to_be_hidden()
     page.keyboard.press("Tab")
     page.keyboard.press("Tab")
@@ -317,7 +317,7 @@ def test_a_window_and_a_rule_output_appear_live(page: Any, tmp_path: Path, spark
     expect(averages.locator("p.message")).to_contain_text("Waiting for the next window", timeout=30_000)
 
     # upload from the console: [10:00, 10:01) holds 70 and 80 and completes with the reading at 10:01:10
-    page.get_by_role("link", name="Streams").click()
+    page.get_by_role("link", name="Streams", exact=True).click()
     page.locator("#upload-stream").select_option("beat")
     page.get_by_label("Elements", exact=True).fill(reading("b1", 0, 0, 70) + reading("b2", 0, 30, 80)
                                        + reading("b3", 1, 10, 90))
@@ -339,7 +339,7 @@ def test_a_window_and_a_rule_output_appear_live(page: Any, tmp_path: Path, spark
         '<http://ex/avg> "75"^^<http://www.w3.org/2001/XMLSchema#decimal>')
     screenshot(page, "live", tmp_path)
 
-    page.get_by_role("link", name="Rules").click()
+    page.get_by_role("link", name="Rules", exact=True).click()
     expect(rule.locator("td").nth(2)).to_have_text("1", timeout=10_000)  # firings
     expect(rule.locator("td").nth(3)).to_have_text("1")  # outputs
     expect(rule.locator("td").nth(4)).to_contain_text(" ms")  # last latency
@@ -348,7 +348,7 @@ def test_a_window_and_a_rule_output_appear_live(page: Any, tmp_path: Path, spark
     screenshot(page, "rules", tmp_path)
 
     # the streams view: beat's sequence and its latest window, [10:00, 10:01) with b1 and b2
-    page.get_by_role("link", name="Streams").click()
+    page.get_by_role("link", name="Streams", exact=True).click()
     beat_row = page.locator('#streams-table tr[data-stream="beat"]')
     expect(beat_row.locator("td").nth(0)).to_have_text("3")
     expect(beat_row.locator("td").nth(3)).to_have_text("R/HEAD/PT1M · 1 window")
@@ -357,6 +357,42 @@ def test_a_window_and_a_rule_output_appear_live(page: Any, tmp_path: Path, spark
     averages_row = page.locator('#streams-table tr[data-stream="averages"]')
     expect(averages_row.locator("td").nth(4)).to_have_text("window 0: stream element 1")  # a count window
     screenshot(page, "streams-windows", tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.jvm
+def test_with_a_read_token_a_live_output_follows_windows(page: Any) -> None:
+    """A server with --read-token: the read token typed into the console opens its live outputs too (a browser's
+    WebSocket sends it as access_token=, as no header can be set on one)."""
+    from playwright.sync_api import expect
+
+    writer, reader = {"Authorization": "Bearer w-s3cret"}, "r-s3cret"
+    with running_server(["--token", "w-s3cret", "--read-token", reader]) as secured:
+        assert requests.put(f"{secured.url}/streams/pulse", headers=writer, timeout=10).status_code == 201
+        page.goto(secured.url + "/console")
+        expect(page.locator("#access")).to_contain_text("This server needs a token to read")
+        page.get_by_label("Write token").fill(reader)
+        page.get_by_role("button", name="Use token").click()
+        page.get_by_role("link", name="Live outputs").click()
+        live = page.locator("#subscribe")
+        live.get_by_label("Stream").select_option("pulse")  # listed: the read token reads /streams
+        live.get_by_label("Windows").fill("R/HEAD/PT01M")
+        live.get_by_label("Query on each window (optional)").fill(
+            "SELECT (COUNT(?v) AS ?readings) (MAX(?v) AS ?highest) WHERE { GRAPH ?g { ?o <http://ex/hr> ?v } }")
+        live.get_by_role("button", name="Follow").click()
+        pulse = page.locator("article.subscription", has_text="pulse")
+        expect(pulse.locator("p.message")).to_contain_text("Waiting for the next window", timeout=30_000)
+        # [10:00, 10:01) holds 64 and 66; the reading at 10:01:05 completes it
+        answer = requests.post(f"{secured.url}/streams/pulse", timeout=30,
+                               data=reading("p1", 0, 0, 64) + reading("p2", 0, 40, 66) + reading("p3", 1, 5, 99),
+                               headers={"Content-Type": "application/trig", **writer})
+        assert answer.status_code == 200, answer.text
+        window = pulse.locator('li[data-window="0"]')
+        expect(window).to_be_visible(timeout=120_000)  # Spark starts in the background, then assigns the window
+        expect(window.locator("h3")).to_have_text("Window 0 [2016-06-20T10:00:00Z, 2016-06-20T10:01:00Z)")
+        expect(window.locator("tbody td")).to_have_text([
+            "2 ^^<http://www.w3.org/2001/XMLSchema#integer>", "66 ^^<http://www.w3.org/2001/XMLSchema#integer>"])
+        assert reader not in secured.log_tail(10_000)  # the URL's token is in no log
 
 
 # -- with Spark: an RSP-QL query registered, listed, followed live and deleted ----------------------------------------
@@ -398,14 +434,14 @@ def test_an_rsp_ql_query_registered_listed_and_followed_live(page: Any, tmp_path
     expect(panel.locator("p.message")).to_contain_text("Waiting for the next window", timeout=30_000)
 
     # [10:00, 10:01) holds 95 and 120 and completes with the reading at 10:01:10; only 120 passes the FILTER
-    page.get_by_role("link", name="Streams").click()
+    page.get_by_role("link", name="Streams", exact=True).click()
     page.locator("#upload-stream").select_option("rspql-heart")
     page.get_by_label("Elements", exact=True).fill(reading("q1", 0, 0, 95) + reading("q2", 0, 30, 120)
                                                    + reading("q3", 1, 10, 130))
     page.get_by_role("button", name="Upload").click()
     expect(page.locator("#streams-message")).to_contain_text("3 element(s) committed to rspql-heart")
 
-    page.get_by_role("link", name="Queries").click()
+    page.get_by_role("link", name="Queries", exact=True).click()
     window = panel.locator('li[data-window="0"]')
     expect(window).to_be_visible(timeout=120_000)  # Spark assigns the window, then the query is evaluated on it
     expect(window.locator("h3")).to_have_text("Window 0 [2016-06-20T10:00:00Z, 2016-06-20T10:01:00Z)")

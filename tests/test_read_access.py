@@ -5,14 +5,18 @@ files stay open; a token the server does not know is 401 ``invalid_token``, a kn
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from flask import Flask
 
 from concentrator import cli
 from concentrator.compose import http_app
+from conformance.server import running_server
+from conformance.websocket_client import Client
 from protocol import ServerConfig
 from protocol.services import services_of
 
@@ -168,3 +172,69 @@ def test_serve_refuses_open_reads_off_loopback(arguments: list[str], message: st
                                                capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert cli.main(["serve", "--data", str(tmp_path), "--no-pipeline", *arguments]) == 2
     assert message in capsys.readouterr().err
+
+
+# -- RFC 6750 §2.3: access_token= on WebSocket handshakes only ------------------------------------------------------
+
+WEBSOCKET = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+             "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+
+
+def test_access_token_is_not_taken_from_plain_requests(app: Flask) -> None:
+    """A URL is logged and shared: outside a WebSocket handshake, access_token= is no token (401, saying where it is
+    taken), and no parameter either (not a near miss of one: with the header, the same request answers 200)."""
+    c = app.test_client()
+    for url in (f"/sparql?query=ASK%7B%7D&access_token={READ}", f"/streams/hr?access_token={WRITE}",
+                f"/streams/hr?WINDOWS=HEAD&%61ccess_token={READ}"):
+        r = c.get(url)
+        assert r.status_code == 401 and r.headers["WWW-Authenticate"] == 'Bearer realm="concentrator"', url
+        assert "access_token= is taken from WebSocket handshakes only" in r.text, url
+        assert c.get(url, headers=AS_READER).status_code == 200, url
+    write = c.post(f"/streams/hr?access_token={WRITE}", data=element(1), headers={"Content-Type": "application/trig"})
+    assert write.status_code == 401  # nor as a write token
+    assert c.get("/streams/hr", headers=AS_READER).get_json()["elements"] == 1
+
+
+def test_a_websocket_handshake_takes_access_token_only_without_authorization(app: Flask) -> None:
+    """The access check's answers to handshakes that carry access_token=: an unknown token 401 invalid_token, a
+    stream's write token (which reads nothing) 403, and with an Authorization header the header's token alone."""
+    c = app.test_client()
+    url = "/streams/hr?WINDOWS=R/HEAD/PT01M&access_token="
+    unknown = c.get(url + "guessed", headers=WEBSOCKET)
+    assert unknown.status_code == 401 and 'error="invalid_token"' in unknown.headers["WWW-Authenticate"]
+    sensor = c.get(url + "sensor", headers=WEBSOCKET)
+    assert sensor.status_code == 403 and 'error="insufficient_scope"' in sensor.headers["WWW-Authenticate"]
+    both = c.get(url + READ, headers={**WEBSOCKET, "Authorization": "Bearer guessed"})
+    assert both.status_code == 401 and 'error="invalid_token"' in both.headers["WWW-Authenticate"]
+    missing = c.get("/streams/hr?WINDOWS=R/HEAD/PT01M", headers=WEBSOCKET)
+    assert missing.status_code == 401 and "access_token=<token>" in missing.text
+
+
+@pytest.mark.slow
+def test_a_websocket_handshake_with_access_token_is_accepted_and_the_token_is_logged_nowhere() -> None:
+    """On the real server (gunicorn, its access log on): a browser's WebSocket, which cannot send Authorization,
+    follows a windowed IRI with access_token=<read token>; without it the handshake is 401. Neither /status (its
+    continuous responses) nor the server's log shows the token, accepted or refused."""
+    reader, wrong = "reader-7f3a9c", "guessed-51d2e8"
+    with running_server(["--no-pipeline", "--token", WRITE, "--read-token", reader]) as server:
+        assert requests.put(f"{server.url}/streams/hr", headers=AS_WRITER, timeout=10).status_code == 201
+        ws_url = server.url.replace("http://", "ws://") + "/streams/hr?WINDOWS=R/HEAD/PT01M"
+        refused = requests.get(f"{server.url}/streams/hr?WINDOWS=R/HEAD/PT01M", headers=WEBSOCKET, timeout=10)
+        assert refused.status_code == 401
+        wrong_token = requests.get(f"{server.url}/streams/hr?WINDOWS=R/HEAD/PT01M&access_token={wrong}",
+                                   headers=WEBSOCKET, timeout=10)
+        assert wrong_token.status_code == 401 and 'error="invalid_token"' in wrong_token.headers["WWW-Authenticate"]
+        ws = Client.connect(f"{ws_url}&access_token={reader}")
+        try:
+            opening = json.loads(ws.receive(timeout=30))
+            assert opening["Window-From"] == "0"  # a new sequence of 1-minute windows: the first is window 0
+            assert opening["Window-Sequence"]
+            status = requests.get(f"{server.url}/status", timeout=10)
+            listed = status.json()["continuous"]
+            assert [(r["stream"], r["ref"], r["packaging"]) for r in listed] == [("hr", "R/HEAD/PT1M", "websocket")]
+            assert reader not in status.text and "access_token" not in status.text
+        finally:
+            ws.close()
+        log = server.log_path.read_text(errors="replace")
+    assert "GET /streams/hr?WINDOWS=R/HEAD/PT01M " in log  # the access log names the handshakes, without the token
+    assert reader not in log and wrong not in log and "access_token" not in log

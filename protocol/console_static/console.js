@@ -485,16 +485,19 @@ function openPanel(container, heading, url, options) {
 // One message per window over a WebSocket at the windowed IRI (docs/connectors.md, "WebSocket"): the first message
 // carries the response's headers (Window-Sequence), each next one a window's headers (its index and bounds) and its
 // document. A dropped connection reconnects and resumes after the last window received (after=, and sequence= where
-// the panel names one).
+// the panel names one). A browser's WebSocket cannot send Authorization: the token given goes as access_token=
+// (RFC 6750 §2.3), which the server takes from WebSocket handshakes only and logs nowhere (docs/access.md).
 function follow(url, status, list, resume = null) {
   const panel = list.closest("article");
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  let resumeParams = "";
+  const extra = new URLSearchParams();
   if (resume) {
-    resumeParams = `${url.includes("?") ? "&" : "?"}after=${resume.after}`;
-    if (resume.sequence) resumeParams += `&sequence=${encodeURIComponent(resume.sequence)}`;
+    extra.set("after", resume.after);
+    if (resume.sequence) extra.set("sequence", resume.sequence);
   }
-  const socket = new WebSocket(`${scheme}//${location.host}${url}${resumeParams}`);
+  if (token()) extra.set("access_token", token());
+  const more = `${extra}` ? `${url.includes("?") ? "&" : "?"}${extra}` : "";
+  const socket = new WebSocket(`${scheme}//${location.host}${url}${more}`);
   const seen = { sequence: resume?.sequence ?? null, after: resume?.after ?? null, opened: false };
   panel.socket = socket;
   socket.addEventListener("message", (message) => {

@@ -15,8 +15,9 @@ a. **Connected-patient latency** (a real server, Spark pipeline, HTTP). ``exampl
    ``bulk_load``, as a live sensor's readings do: a bulk-loaded group makes every later window query of that
    stream slower (see bench/README.md). For each window:
 
-   - **revision → output committed**: the alert element's commit time in the ``alerts`` stream's ``log.jsonl``
-     (``c``: taken when its group commit starts, before the quads are written and the log fsync'd) minus the window
+   - **revision → output committed**: the alert element's commit time in the ``alerts`` stream (``GET
+     /streams/alerts/elements``: taken when its group commit starts, before the quads are written and the log
+     fsync'd) minus the window
      revision's commit time (``GET /streams/hr-pat2/windows``: ``committed``, taken when the pipeline materializes
      it, before the revision file's fsync). Both are the server's wall clock (µs). Only alerting windows have an
      output element;

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from sparql_ext.errors import QuerySyntaxError
 from sparql_ext.lexer import Kind, Token, matching_close
 
-_KEPT_BLOCKS = ("GRAPH", "SERVICE")  # followed by a term (and SILENT) and a group: copied as written
+_KEPT_BLOCKS = ("GRAPH", "SERVICE", "VALUES")  # up to the end of their first group: copied as written
 _NESTED = ("OPTIONAL", "MINUS")  # followed by a group that is rewritten
 _CALLS = ("FILTER", "BIND")
 _PATH_START = {"^", "!", "("}
@@ -83,13 +83,6 @@ class Rewriter:
                 i = close + 1
             elif tok.is_keyword(*_CALLS):
                 i = self.call(i, stop, out)
-            elif tok.is_keyword("VALUES"):
-                brace = i + 1
-                while brace < stop and not (tokens[brace].kind is Kind.PUNCT and tokens[brace].text == "{"):
-                    brace += 1
-                close = matching_close(tokens, self._expect_brace(brace, tok), self.text)
-                out.append(self.text[tok.start:tokens[close].end])
-                i = close + 1
             else:
                 i = self.triples(i, stop, out)
         return " ".join(out)

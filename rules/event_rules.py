@@ -303,7 +303,10 @@ class EventRuleWorker:
         chosen times: consumption carries from one to the next in the matcher)."""
         assert self.schedule is not None and self.evaluated is not None
         new: list[Match] = []
-        for t in self.schedule.between(self.evaluated, before):
+        times, skipped = self.schedule.due(self.evaluated, before)
+        if skipped:
+            self._report(f"{skipped} evaluation times left out between two elements (at most {len(times)} evaluated)")
+        for t in times:
             new += self.matcher.evaluate(t)
             self.evaluated = t
         return new

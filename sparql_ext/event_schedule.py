@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,6 +21,8 @@ from sparql_ext.windowref import format_duration, parse_window_ref
 
 DEFAULT_DEPTH = 8  # derivation steps a recursive event rule may take from its external elements
 MAX_DEPTH = 1_000
+#: evaluation times evaluated between two elements at the most (``EvaluationTimes.due``)
+MAX_EVALUATIONS = 10_000
 
 
 class EventRuleOptionError(SparqlExtError):
@@ -47,6 +50,25 @@ class EvaluationTimes:
                 return
             yield t
             k += 1
+
+    def due(self, after: int | None, before: int, limit: int = MAX_EVALUATIONS) -> tuple[list[int], int]:
+        """``between(after, before)`` bounded: at most ``limit`` times (the first ``limit - 1`` and the last), and how
+        many were left out, so that a short β across a long gap between two elements cannot hold the rule's worker
+        (and Python's lock) for billions of evaluations.
+
+        >>> EvaluationTimes(0, 1).due(None, 10, limit=4)
+        ([0, 1, 2, 9], 6)
+        """
+        times = list(itertools.islice(self.between(after, before), limit))
+        if len(times) < limit:
+            return times, 0
+        k_last = (before - 1 - self.start) // self.step
+        if self.count is not None:
+            k_last = min(k_last, self.count - 1)
+        last = self.start + k_last * self.step
+        if last <= times[-1]:
+            return times, 0
+        return [*times[:-1], last], (last - times[-2]) // self.step - 1
 
     def skipped_before(self, before: int) -> int:
         """The latest evaluation time strictly before ``before`` (just before the first when there is none): where

@@ -516,3 +516,17 @@ def test_a_recursive_event_rule_stops_at_its_depth_bound(http: Http) -> None:
     time.sleep(0.3)
     assert len(http.select("s", OUTPUT_QUERY.replace("ev:start ?start ; ev:end ?end", "ev:depth ?d"))) == 3
 
+
+
+def test_a_short_step_across_a_long_gap_evaluates_a_bounded_number_of_times() -> None:
+    # evaluate=R/T/PT0.000001S and two elements a day apart: 86,400,000,000 evaluation times lie between them. At most
+    # MAX_EVALUATIONS are evaluated (the first ones and the last before the element), the rest counted as left out.
+    from sparql_ext.event_schedule import MAX_EVALUATIONS, EvaluationTimes
+
+    day = 86_400_000_000
+    started = time.monotonic()
+    times, skipped = EvaluationTimes(0, 1).due(0, day)
+    assert time.monotonic() - started < 1
+    assert len(times) == MAX_EVALUATIONS and times[:2] == [1, 2] and times[-1] == day - 1
+    assert skipped == (day - 1) - MAX_EVALUATIONS  # times 1 … day − 1, minus those evaluated
+    assert EvaluationTimes(0, 2_000_000).due(8_000_000, 15_000_000) == ([10_000_000, 12_000_000, 14_000_000], 0)

@@ -38,7 +38,6 @@ from bench.harness import (
     environment,
     print_table,
     replot,
-    result_options,
     scaling_plot,
     summary_plot,
     write_json,
@@ -188,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=1000.0, help="elements per second uploaded")
     parser.add_argument("--seconds", type=float, default=10.0, help="upload duration")
     parser.add_argument("--threads", type=int, default=None, help="server threads (default: subscribers + 16)")
-    result_options(parser, "continuous")
+    parser.add_argument("--name", default="continuous", help="result file name (bench/results/NAME.json)")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="measure nothing: draw the plots of bench/results/NAME.json again")
     args = parser.parse_args(argv)
     if args.plot_only:
         replot(plots, args.name)

@@ -31,7 +31,7 @@ from typing import Any
 
 from pyoxigraph import NamedNode, RdfFormat, Store
 
-from bench.harness import replot, result_options, scaling_plot, write_json, write_plots
+from bench.harness import replot, scaling_plot, write_json, write_plots
 from concentrator.compose import open_services
 from protocol.services import ServerConfig, Services
 from rules.event_rules import EventRuleWorker
@@ -192,7 +192,9 @@ def main() -> None:
     parser.add_argument("--arrivals", type=int, default=1000, help="arrivals measured after the window is full")
     parser.add_argument("--keys", type=int, default=5000, help="companies (the join key's distinct values)")
     parser.add_argument("--naive-seconds", type=float, default=5.0, help="time spent on naive arrivals per case")
-    result_options(parser, "events")
+    parser.add_argument("--name", default="events", help="result file name (bench/results/NAME.json)")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="measure nothing: draw the plots of bench/results/NAME.json again")
     args = parser.parse_args()
     if args.plot_only:
         replot(plots, args.name)

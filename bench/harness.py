@@ -13,7 +13,6 @@ benchmark reports and then goes on (its JSON is written all the same).
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import importlib.metadata
 import json
@@ -351,13 +350,6 @@ def write_plots(plots: Plots, document: dict[str, Any], name: str) -> list[Path]
     for path in paths:
         print(f"wrote {path}")
     return paths
-
-
-def result_options(parser: argparse.ArgumentParser, name: str) -> None:
-    """``--name`` (the result file, ``bench/results/<name>.json``) and ``--plot-only`` (``replot``)."""
-    parser.add_argument("--name", default=name, help="result file name (bench/results/NAME.json)")
-    parser.add_argument("--plot-only", action="store_true",
-                        help="measure nothing: draw the plots of bench/results/NAME.json again")
 
 
 def replot(plots: Plots, name: str) -> list[Path]:

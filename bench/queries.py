@@ -69,7 +69,6 @@ from bench.harness import (
     percentile,
     print_table,
     replot,
-    result_options,
     summary_plot,
     write_json,
     write_plots,
@@ -649,7 +648,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quads", type=int, default=1_000_000, help="the large store of the costs part")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of the parallel part (best of)")
     parser.add_argument("--tmpdir", type=Path, default=None, help="where the costs part's stores go")
-    result_options(parser, BENCH_NAME)
+    parser.add_argument("--name", default=BENCH_NAME, help="result file name (bench/results/NAME.json)")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="measure nothing: draw the plots of bench/results/NAME.json again")
     args = parser.parse_args(argv)
     if args.plot_only:
         replot(plots, args.name)

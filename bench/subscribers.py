@@ -84,7 +84,6 @@ from bench.harness import (
     percentile,
     print_table,
     replot,
-    result_options,
     time_series_plot,
     write_json,
     write_plots,
@@ -1330,7 +1329,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status-every", type=float, default=STATUS_EVERY,
                         help="seconds between two GET /status (default 0.1; 0: none, to see what polling costs)")
     parser.add_argument("--quick", action="store_true", help="200 SSE + 50 WebSockets, a 10 s upload")
-    result_options(parser, BENCH_NAME)
+    parser.add_argument("--name", default=BENCH_NAME, help="result file name (bench/results/NAME.json)")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="measure nothing: draw the plots of bench/results/NAME.json again")
     args = parser.parse_args(argv)
     if args.plot_only:
         replot(plots, args.name)
